@@ -1,0 +1,5 @@
+import sys
+
+from ndvstack.cli import main
+
+sys.exit(main())

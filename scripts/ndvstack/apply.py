@@ -1,0 +1,88 @@
+"""apply: create a branch at the base (or REV) of a pytorch checkout with the stack on it.
+
+Each patch goes in with `git am --3way` (author, date and message kept; never fuzz). The
+patches are applied in a throw-away worktree, so the user's checkout is not touched until
+the whole stack has applied: on a conflict it is exactly as it was.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ndvstack import lint
+from ndvstack.checkout import (DEFAULT_BRANCH, open_checkout, require_branch_name, require_clean,
+                               require_commit)
+from ndvstack.errors import BadInput, WorkFailed
+from ndvstack.git import Git
+from ndvstack.stack import Patch, Stack
+
+
+def _failed_hunks(worktree: Git, patch: Patch) -> list[str]:
+    """Which files and hunks of PATCH do not apply at the worktree's HEAD, via --reject."""
+    result = worktree.run("apply", "--reject", "--verbose", str(patch.path), check=False)
+    hunks_of = {change.path: change.hunks for change in patch.files}
+    failed: list[str] = []
+    current = None
+    for line in (result.stderr + result.stdout).splitlines():
+        if m := re.match(r"(?:Applying|Checking) patch (.+?)(?: with \d+ rejects?)?\.\.\.$", line):
+            current = m[1]
+        elif (m := re.match(r"Rejected hunk #(\d+)\.", line)) and current:
+            number, hunks = int(m[1]), hunks_of.get(current, [])
+            header = hunks[number - 1].header if number <= len(hunks) else "?"
+            failed.append(f"{current} hunk #{number} ({header})")
+        elif m := re.match(r"error: (.+?): (does not exist in index|No such file or directory|already exists in working directory)", line):
+            failed.append(f"{m[1]} ({m[2]})")
+    worktree.run("reset", "--hard", "--quiet")
+    worktree.run("clean", "-fdq")
+    return failed or [f"{path} (3-way merge failed)" for path in patch.touched]
+
+
+def _apply_in(worktree: Git, patches: list[Patch], rev: str, progress) -> str:
+    for number, patch in enumerate(patches, 1):
+        start = time.monotonic()
+        result = worktree.run("am", "--3way", "--keep-non-patch", "--whitespace=nowarn", "--quiet",
+                              str(patch.path), check=False)
+        if result.returncode != 0:
+            worktree.run("am", "--abort", check=False)
+            failed = _failed_hunks(worktree, patch)
+            raise WorkFailed(f"{patch.name} does not apply on {rev[:12]} after {number - 1} patches: "
+                             f"{'; '.join(failed)}; the checkout is unchanged")
+        progress(f"applied [{number}/{len(patches)}] {patch.name} ({time.monotonic() - start:.2f}s)")
+    return worktree.out("rev-parse", "HEAD")
+
+
+def main(stack: Stack, pytorch: Path, onto: str | None = None, branch: str = DEFAULT_BRANCH,
+         progress=lambda msg: print(msg, file=sys.stderr)) -> str:
+    """Returns the sha of the new branch's head."""
+    lint.check(stack)
+    git = open_checkout(pytorch)
+    require_clean(git)
+    base = stack.base
+    rev = onto or base.commit
+    sha = require_commit(git, rev, "the revision" if onto else f"the base commit (v{base.release})")
+    require_branch_name(git, branch)
+    if not git.ok("var", "GIT_COMMITTER_IDENT"):
+        raise BadInput(f"{git.cwd}: git has no committer identity; set user.name and user.email")
+    if git.commit_of(f"refs/heads/{branch}"):
+        raise BadInput(f"{git.cwd}: branch {branch} already exists; delete it or pass --branch NAME")
+    patches = stack.patches()
+
+    tmp = Path(tempfile.mkdtemp(prefix="ndv-apply-"))
+    worktree_dir = tmp / "worktree"
+    try:
+        git.run("worktree", "add", "--detach", "--quiet", str(worktree_dir), sha)
+        head = _apply_in(Git(worktree_dir), patches, sha, progress)
+    finally:
+        git.run("worktree", "remove", "--force", str(worktree_dir), check=False)
+        git.run("worktree", "prune", check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    git.run("branch", branch, head)
+    git.run("checkout", "--quiet", branch)
+    progress(f"{branch}: {len(patches)} patches on {sha[:12]}, checked out in {git.cwd}")
+    return head

@@ -1,0 +1,96 @@
+"""export: write the commits base..branch of a pytorch checkout back as patches/.
+
+Deterministic (`git format-patch` with pinned options, so an unchanged stack re-exports
+byte-identical) and all-or-nothing: the new patches/ is written beside the old one and
+swapped in by rename only once it is complete and lint-clean.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from ndvstack import lint
+from ndvstack.checkout import DEFAULT_BRANCH, open_checkout, require_commit
+from ndvstack.errors import BadInput, WorkFailed
+from ndvstack.git import Git
+from ndvstack.stack import SERIES_FILE, Stack
+
+SERIES_HEADER = """\
+# The stack, in order: one `git format-patch` file per line (quilt's format).
+# Written by `scripts/stack.sh export`; edit the commits, not these files.
+"""
+
+FORMAT_PATCH_OPTIONS = (
+    "--zero-commit", "--full-index", "--no-signature", "--no-numbered", "--no-cover-letter",
+    "--no-thread", "--no-to", "--no-cc", "--no-add-header", "--no-notes", "--no-renames",
+    "--subject-prefix=PATCH", "--stat=80", "--stat-graph-width=20", "--encode-email-headers",
+    "--filename-max-length=64",
+)
+
+
+def format_patches(git: Git, base: str, head: str, out_dir: Path) -> list[str]:
+    """Writes one format-patch file per commit of base..head into OUT_DIR; returns their names."""
+    if git.out("rev-list", "--count", f"{base}..{head}") == "0":
+        return []
+    names = git.out("format-patch", *FORMAT_PATCH_OPTIONS, f"--base={base}", "-o", str(out_dir),
+                    f"{base}..{head}").splitlines()
+    return [Path(name).name for name in names]
+
+
+def _swap_in(new: Path, target: Path) -> None:
+    """Replaces TARGET by NEW with renames on one filesystem; TARGET is never half-written."""
+    new.chmod(target.stat().st_mode)  # mkdtemp made it private
+    old = target.with_name(f".{target.name}.old-{os.getpid()}")
+    os.rename(target, old)
+    try:
+        os.rename(new, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old)
+
+
+def main(stack: Stack, pytorch: Path, branch: str = DEFAULT_BRANCH,
+         progress=lambda msg: print(msg, file=sys.stderr)) -> list[str]:
+    """Returns the names written to the series."""
+    git = open_checkout(pytorch)
+    base = stack.base
+    base_sha = require_commit(git, base.commit, f"the base commit (v{base.release})")
+    head = git.commit_of(f"refs/heads/{branch}")
+    if head is None:
+        raise BadInput(f"{git.cwd}: has no branch {branch}; pass --branch NAME")
+    if not git.ok("merge-base", "--is-ancestor", base_sha, head):
+        raise BadInput(f"{git.cwd}: branch {branch} does not contain the base {base_sha[:12]}; "
+                       f"rebase it onto the base first")
+    merges = git.out("rev-list", "--merges", f"{base_sha}..{head}")
+    if merges:
+        raise BadInput(f"{git.cwd}: branch {branch} has merge commits (first: {merges.split()[0][:12]}); "
+                       f"a stack is linear, rebase it first")
+
+    old_series = stack.dir / SERIES_FILE
+    header = SERIES_HEADER
+    if old_series.is_file():
+        kept = [line for line in old_series.read_text().splitlines(keepends=True)
+                if line.startswith("#")]
+        header = "".join(kept) or header
+
+    tmp = Path(tempfile.mkdtemp(prefix=f".{stack.dir.name}.export-", dir=stack.dir.parent))
+    try:
+        for item in stack.dir.iterdir():  # the stack's own data (base, allow-list, ...) carries over
+            if item.is_file() and item.suffix != ".patch" and item.name != SERIES_FILE:
+                shutil.copy2(item, tmp / item.name)
+        names = format_patches(git, base_sha, head, tmp)
+        (tmp / SERIES_FILE).write_text(header + "".join(f"{name}\n" for name in names))
+        problems = lint.findings(Stack(tmp))
+        if problems:
+            raise WorkFailed(f"export of {branch} would make an invalid stack, patches/ unchanged: "
+                             + "; ".join(p.replace(str(tmp), str(stack.dir)) for p in problems))
+        _swap_in(tmp, stack.dir)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    progress(f"exported {len(names)} patches from {branch} ({head[:12]}) to {stack.dir}")
+    return names

@@ -1,0 +1,5 @@
+#!/usr/bin/env bash
+# The project's own tests (the README's test command): pytest over test/, in parallel.
+source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
+cd "$root"
+exec "$python" -m pytest -n "${NDV_TEST_JOBS:-auto}" "$@"

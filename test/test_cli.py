@@ -1,0 +1,79 @@
+"""The entry point as users run it: scripts/stack.sh, exit codes, --help."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fake_pytorch import five_patch_stack, stack_from_commits
+
+ROOT = Path(__file__).resolve().parents[1]
+STACK_SH = ROOT / "scripts" / "stack.sh"
+
+
+def run(*args, cwd=None):
+    return subprocess.run([str(STACK_SH), *map(str, args)], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.mark.parametrize("verb", [None, "status", "lint", "apply", "export"])
+def test_every_verb_has_help(verb):
+    result = run(*([verb] if verb else []), "--help")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: stack.sh {verb or ''}".rstrip())
+
+
+def test_bad_usage_exits_2():
+    assert run("frobnicate").returncode == 2
+    result = run("apply")
+    assert result.returncode == 2 and "the following arguments are required: --pytorch" in result.stderr
+
+
+def test_bad_input_exits_2_with_one_line(tmp_path):
+    result = run("apply", "--pytorch", tmp_path / "nowhere")
+    assert result.returncode == 2
+    assert result.stderr == f"error: {tmp_path / 'nowhere'}: no such directory (give --pytorch a pytorch git checkout)\n"
+
+
+def test_failed_work_exits_1(tmp_path, fake_pytorch):
+    five_patch_stack(fake_pytorch)
+    stack_from_commits(fake_pytorch, tmp_path / "patches")
+    (tmp_path / "patches" / "0009-stray.patch").write_text("x\n")
+    result = run("--patches", tmp_path / "patches", "lint")
+    assert result.returncode == 1
+    assert result.stdout == "0009-stray.patch: not listed in series\n"
+    assert result.stderr == f"error: lint: 1 problem in {tmp_path / 'patches'}\n"
+
+
+def test_round_trip_through_the_entry_point(tmp_path, fake_pytorch):
+    five_patch_stack(fake_pytorch)
+    stack_from_commits(fake_pytorch, tmp_path / "patches", head="work")
+    before = {p.name: p.read_bytes() for p in (tmp_path / "patches").iterdir()}
+    fake_pytorch.git.run("checkout", "--quiet", "main")
+    result = run("--patches", tmp_path / "patches", "apply", "--pytorch", fake_pytorch.path, "--branch", "b")
+    assert result.returncode == 0, result.stderr
+    assert "applied [5/5]" in result.stderr
+    result = run("--patches", tmp_path / "patches", "export", "--pytorch", fake_pytorch.path, "--branch", "b")
+    assert result.returncode == 0, result.stderr
+    assert {p.name: p.read_bytes() for p in (tmp_path / "patches").iterdir()} == before
+
+
+def test_the_shipped_stack_is_lint_clean():
+    result = run("lint")
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_first_use_creates_the_venv_with_the_pins_and_reuses_it(tmp_path):
+    venv = tmp_path / "venv"
+    env = {**os.environ, "NDV_VENV": str(venv)}
+    first = subprocess.run([str(STACK_SH), "status"], capture_output=True, text=True, env=env)
+    assert first.returncode == 0, first.stderr
+    assert f"ndvstack: setting up {venv} with the pinned packages" in first.stderr
+    assert first.stdout.splitlines()[-1].startswith(f"installed torch: 2.13.0+cpu at cf30153c4c13 ({venv}")
+    frozen = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "freeze", "--all"],
+                            capture_output=True, text=True, check=True).stdout.splitlines()
+    for pin in ["pytest==9.2.0", "pytest-xdist==3.8.0", "expecttest==0.3.0", "wheel==0.48.0",
+                "torch==2.13.0+cpu", "sympy==1.14.0"]:
+        assert pin in frozen
+    second = subprocess.run([str(STACK_SH), "status"], capture_output=True, text=True, env=env)
+    assert second.returncode == 0 and "setting up" not in second.stderr
