@@ -119,6 +119,7 @@ def test_a_conflict_leaves_the_checkout_bit_identical(tmp_path, fake_pytorch, st
         "the checkout is unchanged")
     assert checkout.snapshot() == before
     assert git.commit_of("refs/heads/ndv/stack") is None
+    assert not list((checkout.path / ".git").glob("ndv-apply-*"))  # the throw-away worktree is gone
 
 
 def test_a_missing_file_is_named(tmp_path, fake_pytorch, stack):
@@ -196,6 +197,7 @@ def test_apply_shows_progress(tmp_path, fake_pytorch, stack):
     checkout = clone(fake_pytorch, tmp_path)
     lines = []
     apply.main(stack, checkout.path, progress=lines.append)
-    assert [line.split(" (")[0] for line in lines[:5]] == [
+    assert lines[0] == f"checking out {fake_pytorch.base[:12]} in a throw-away worktree"
+    assert [line.split(" (")[0] for line in lines[1:6]] == [
         f"applied [{n}/5] {name}" for n, name in enumerate(stack.series(), 1)]
-    assert lines[5].startswith(f"ndv/stack: 5 patches on {fake_pytorch.base[:12]}")
+    assert lines[6].startswith(f"ndv/stack: 5 patches on {fake_pytorch.base[:12]}")

@@ -72,9 +72,11 @@ def main(stack: Stack, pytorch: Path, onto: str | None = None, branch: str = DEF
         raise BadInput(f"{git.cwd}: branch {branch} already exists; delete it or pass --branch NAME")
     patches = stack.patches()
 
-    tmp = Path(tempfile.mkdtemp(prefix="ndv-apply-"))
+    # Inside the git dir: same filesystem as the checkout, and never in the user's work tree.
+    tmp = Path(tempfile.mkdtemp(prefix="ndv-apply-", dir=git.out("rev-parse", "--absolute-git-dir")))
     worktree_dir = tmp / "worktree"
     try:
+        progress(f"checking out {sha[:12]} in a throw-away worktree")
         git.run("worktree", "add", "--detach", "--quiet", str(worktree_dir), sha)
         head = _apply_in(Git(worktree_dir), patches, sha, progress)
     finally:
