@@ -7,7 +7,6 @@ the whole stack has applied: on a conflict it is exactly as it was.
 
 from __future__ import annotations
 
-import re
 import shutil
 import sys
 import tempfile
@@ -15,28 +14,17 @@ import time
 from pathlib import Path
 
 from ndvstack import lint
-from ndvstack.checkout import (DEFAULT_BRANCH, open_checkout, require_branch_name, require_clean,
-                               require_commit)
+from ndvstack.checkout import (DEFAULT_BRANCH, open_checkout, require_base, require_branch_name,
+                               require_clean, require_commit)
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.git import Git
+from ndvstack.hunks import rejected_hunks
 from ndvstack.stack import Patch, Stack
 
 
 def _failed_hunks(worktree: Git, patch: Patch) -> list[str]:
-    """Which files and hunks of PATCH do not apply at the worktree's HEAD, via --reject."""
-    result = worktree.run("apply", "--reject", "--verbose", str(patch.path), check=False)
-    hunks_of = {change.path: change.hunks for change in patch.files}
-    failed: list[str] = []
-    current = None
-    for line in (result.stderr + result.stdout).splitlines():
-        if m := re.match(r"(?:Applying|Checking) patch (.+?)(?: with \d+ rejects?)?\.\.\.$", line):
-            current = m[1]
-        elif (m := re.match(r"Rejected hunk #(\d+)\.", line)) and current:
-            number, hunks = int(m[1]), hunks_of.get(current, [])
-            header = hunks[number - 1].header if number <= len(hunks) else "?"
-            failed.append(f"{current} hunk #{number} ({header})")
-        elif m := re.match(r"error: (.+?): (does not exist in index|No such file or directory|already exists in working directory)", line):
-            failed.append(f"{m[1]} ({m[2]})")
+    """Which files and hunks of PATCH do not apply at the worktree's HEAD."""
+    failed = rejected_hunks(worktree, patch.path, patch.files)
     worktree.run("reset", "--hard", "--quiet")
     worktree.run("clean", "-fdq")
     return failed or [f"{path} (3-way merge failed)" for path in patch.touched]
@@ -63,8 +51,7 @@ def main(stack: Stack, pytorch: Path, onto: str | None = None, branch: str = DEF
     git = open_checkout(pytorch)
     require_clean(git)
     base = stack.base
-    rev = onto or base.commit
-    sha = require_commit(git, rev, "the revision" if onto else f"the base commit (v{base.release})")
+    sha = require_commit(git, onto, "the revision") if onto else require_base(git, base)
     require_branch_name(git, branch)
     if not git.ok("var", "GIT_COMMITTER_IDENT"):
         raise BadInput(f"{git.cwd}: git has no committer identity; set user.name and user.email")

@@ -6,8 +6,11 @@ from pathlib import Path
 
 from ndvstack.errors import BadInput
 from ndvstack.git import Git
+from ndvstack.stack import Base
 
 DEFAULT_BRANCH = "ndv/stack"
+# In a partial tree made by base-tree: the root commit that stands in for the upstream base.
+PARTIAL_BASE_REF = "refs/ndv/partial-base"
 
 # Files in the git dir that mean an operation is half done.
 _IN_PROGRESS = ("rebase-apply", "rebase-merge", "MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD",
@@ -48,3 +51,12 @@ def require_commit(git: Git, rev: str, what: str) -> str:
 def require_branch_name(git: Git, branch: str) -> None:
     if not git.ok("check-ref-format", "--branch", branch):
         raise BadInput(f"{branch!r} is not a valid branch name")
+
+
+def require_base(git: Git, base: Base) -> str:
+    """The checkout's commit for BASE: the base itself or, in a partial tree, its stand-in."""
+    if git.run("config", "--get", "ndv.base", check=False).stdout.strip() == base.commit:
+        stand_in = git.commit_of(PARTIAL_BASE_REF)
+        if stand_in:
+            return stand_in
+    return require_commit(git, base.commit, f"the base commit (v{base.release})")

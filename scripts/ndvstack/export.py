@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from ndvstack import lint
-from ndvstack.checkout import DEFAULT_BRANCH, open_checkout, require_commit
+from ndvstack.checkout import DEFAULT_BRANCH, open_checkout, require_base
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.git import Git
 from ndvstack.stack import SERIES_FILE, Stack
@@ -59,7 +59,7 @@ def main(stack: Stack, pytorch: Path, branch: str = DEFAULT_BRANCH,
     """Returns the names written to the series."""
     git = open_checkout(pytorch)
     base = stack.base
-    base_sha = require_commit(git, base.commit, f"the base commit (v{base.release})")
+    base_sha = require_base(git, base)
     head = git.commit_of(f"refs/heads/{branch}")
     if head is None:
         raise BadInput(f"{git.cwd}: has no branch {branch}; pass --branch NAME")
@@ -84,6 +84,11 @@ def main(stack: Stack, pytorch: Path, branch: str = DEFAULT_BRANCH,
             if item.is_file() and item.suffix != ".patch" and item.name != SERIES_FILE:
                 shutil.copy2(item, tmp / item.name)
         names = format_patches(git, base_sha, head, tmp)
+        if base_sha != base.commit:  # a partial tree: name the upstream base, not its stand-in
+            for name in names:
+                text = (tmp / name).read_text()
+                (tmp / name).write_text(text.replace(f"\nbase-commit: {base_sha}\n",
+                                                     f"\nbase-commit: {base.commit}\n"))
         (tmp / SERIES_FILE).write_text(header + "".join(f"{name}\n" for name in names))
         problems = lint.findings(Stack(tmp))
         if problems:
