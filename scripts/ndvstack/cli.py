@@ -7,10 +7,11 @@ import logging
 import sys
 from pathlib import Path
 
-from ndvstack import apply, export, lint, status
+from ndvstack import apply, basetree, export, lint, overlay, run, status
 from ndvstack.checkout import DEFAULT_BRANCH
 from ndvstack.errors import StackError
 from ndvstack.git import GitError
+from ndvstack.layers import DEFAULT_OVERLAY_SRC
 from ndvstack.stack import DEFAULT_PATCHES, Stack
 
 
@@ -20,6 +21,8 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Exit status: 0 success, 1 the work failed, 2 bad usage or input.")
     parser.add_argument("--patches", type=Path, default=DEFAULT_PATCHES,
                         help="the stack's folder (default: %(default)s)")
+    parser.add_argument("--overlay-src", type=Path, default=DEFAULT_OVERLAY_SRC,
+                        help="the shims and loader to lay over torch (default: %(default)s)")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every git command")
     verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
 
@@ -43,6 +46,29 @@ def _parser() -> argparse.ArgumentParser:
                                      "only when the whole export succeeded.")
     p.add_argument("--pytorch", type=Path, required=True, metavar="DIR", help="a pytorch git checkout")
     p.add_argument("--branch", default=DEFAULT_BRANCH, help="the branch to export (default: %(default)s)")
+
+    p = verbs.add_parser("base-tree", help="a partial git tree of the wheel's torch/**/*.py at the base",
+                         description="Make a git repository whose first commit is the installed "
+                                     "wheel's torch/**/*.py laid out as upstream's tree at the base "
+                                     "commit (a PARTIAL tree: no C++, test/ or docs/). Check and "
+                                     "develop Python hunks there; apply and export work on it.")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="a new folder")
+
+    p = verbs.add_parser("overlay", help="build (or reuse) the overlay over the installed torch",
+                         description="Lay the stack over the installed stock torch: patched Python "
+                                     "files and compiled native shims in a cached folder; prints what "
+                                     "was overlaid, what was skipped and why, and the folder.")
+    p.add_argument("--allow-unshimmed", action="store_true",
+                   help="overlay a C++ patch that has no shim (its C++ is then NOT in effect)")
+
+    p = verbs.add_parser("run", help="run a command with the overlay active, or --stock",
+                         description="Run CMD with the overlay first on PYTHONPATH and this venv's "
+                                     "python first on PATH; with --stock, on the unmodified torch. "
+                                     "Exits with CMD's status.")
+    p.add_argument("--stock", action="store_true", help="run on the unmodified torch")
+    p.add_argument("--allow-unshimmed", action="store_true",
+                   help="overlay a C++ patch that has no shim (its C++ is then NOT in effect)")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
     return parser
 
 
@@ -60,6 +86,13 @@ def main(argv: list[str] | None = None) -> int:
             apply.main(stack, args.pytorch, onto=args.onto, branch=args.branch)
         elif args.verb == "export":
             export.main(stack, args.pytorch, branch=args.branch)
+        elif args.verb == "base-tree":
+            basetree.main(stack, args.out)
+        elif args.verb == "overlay":
+            overlay.main(stack, sys.stdout, args.overlay_src, args.allow_unshimmed)
+        elif args.verb == "run":
+            return run.main(stack, args.command, stock=args.stock, overlay_src=args.overlay_src,
+                            allow_unshimmed=args.allow_unshimmed)
     except StackError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

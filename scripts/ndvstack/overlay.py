@@ -1,0 +1,135 @@
+"""overlay: the stack laid over the installed stock torch, without a source build.
+
+The overlay is a folder holding a torch/ package: hard links to the installed wheel's
+files (never edited: each patched file is written as a new file), the stack's patched
+Python files, and torch/_ndv_overlay/ with the compiled native shims and their loader.
+Putting the folder first on PYTHONPATH (see `run`) makes `import torch` take it.
+Overlays are cached by a content hash of everything that goes into them and built in
+a temporary folder renamed into place, so an interrupted build never changes one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ndvstack import lint, shims
+from ndvstack.basetree import require_base_torch
+from ndvstack.layers import DEFAULT_OVERLAY_SRC, lay_into, make_plan, manifest, patched_files
+from ndvstack.stack import Stack
+
+
+def default_cache() -> Path:
+    if "NDV_CACHE" in os.environ:
+        return Path(os.environ["NDV_CACHE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ndvstack"
+
+
+def stack_label(stack: Stack, wheel_version: str) -> str:
+    """The local version label naming the stack: <release local>.ndv<N>.<hash of patches>."""
+    names = stack.series()
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update((stack.dir / name).read_bytes())
+    local = wheel_version.split("+", 1)[1] + "." if "+" in wheel_version else ""
+    return f"{local}ndv{len(names)}.{digest.hexdigest()[:8]}"
+
+
+def overlay_key(stack: Stack, overlay_src: Path, torch_dir: Path, allow_unshimmed: bool) -> str:
+    """Everything that decides the overlay's content, without importing torch (kept fast:
+    a warm `run` only computes this)."""
+    digest = hashlib.sha256(f"{sys.version}\0{allow_unshimmed}\0{torch_dir}\0".encode())
+    inputs = [stack.dir / name for name in stack.series()]
+    inputs += sorted(p for p in overlay_src.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    record = next(torch_dir.parent.glob("torch-*.dist-info/RECORD"), None)
+    inputs += [record] if record else []
+    for path in inputs:
+        digest.update(str(path).encode() + b"\0" + path.read_bytes())
+    compiler = os.environ.get("CXX") or "c++"
+    digest.update(subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout.encode()
+                  if shutil.which(compiler) else b"no compiler")
+    return digest.hexdigest()
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    """TARGET mirrors SOURCE with hard links (symlinks across filesystems)."""
+    for folder, dirs, files in os.walk(source):
+        rel = Path(folder).relative_to(source)
+        (target / rel).mkdir(parents=True, exist_ok=True)
+        for name in files:
+            try:
+                os.link(Path(folder, name), target / rel / name)
+            except OSError:
+                os.symlink(Path(folder, name), target / rel / name)
+
+
+def _remove_abandoned(builds: Path) -> None:
+    """Temporary folders of builds that were killed (their pid is gone)."""
+    for tmp in builds.glob(".building-*"):
+        pid = tmp.name.split("-")[1]
+        if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def ensure(stack: Stack, overlay_src: Path = DEFAULT_OVERLAY_SRC, cache: Path | None = None,
+           allow_unshimmed: bool = False, progress=lambda msg: print(msg, file=sys.stderr)) -> Path:
+    """The overlay's folder for the stack over the installed torch, built if not cached.
+    Put it first on PYTHONPATH."""
+    cache = cache or default_cache()
+    start = time.monotonic()
+    lint.check(stack)
+    base = stack.base
+    torch = require_base_torch(base)
+    torch_dir = Path(torch.location)
+    builds = cache / "overlays"
+    key = overlay_key(stack, overlay_src, torch_dir, allow_unshimmed)
+    final = builds / key[:32]
+    if (final / "torch").is_dir():
+        progress(f"overlay: up to date ({final}, {time.monotonic() - start:.2f}s)")
+        return final
+
+    patches = stack.patches()
+    plan = make_plan(patches, shims.load_shims(overlay_src), allow_unshimmed)
+    patched = patched_files(plan, torch_dir.parent)
+    toolchain = shims.Toolchain.detect() if plan.shims else None
+    libraries = {shim.name: shims.build(shim, toolchain, cache, progress) for shim in plan.shims}
+    label = stack_label(stack, torch.version)
+    data = manifest(plan, base, "overlay", label, toolchain,
+                    {"torch": torch.version, "git_version": torch.git_version, "site": str(torch_dir)})
+
+    builds.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned(builds)
+    tmp = Path(tempfile.mkdtemp(prefix=f".building-{os.getpid()}-", dir=builds))
+    try:
+        progress(f"overlay: linking {torch_dir} ...")
+        _link_tree(torch_dir, tmp / "torch")
+        lay_into(tmp, patched, libraries, overlay_src / "loader", data)
+        os.rename(tmp, final)
+    except OSError:
+        if not (final / "torch").is_dir():  # not a lost race with an identical build
+            raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    progress(f"overlay: {len(patched)} Python files, {len(libraries)} shims, {len(plan.skipped)} "
+             f"hunks skipped -> {final} ({time.monotonic() - start:.1f}s)")
+    return final
+
+
+def main(stack: Stack, out, overlay_src: Path = DEFAULT_OVERLAY_SRC, allow_unshimmed: bool = False) -> None:
+    folder = ensure(stack, overlay_src, allow_unshimmed=allow_unshimmed)
+    data = json.loads((folder / "torch/_ndv_overlay/manifest.json").read_text())
+    for path, names in data["overlaid"].items():
+        print(f"overlaid {path} ({', '.join(names)})", file=out)
+    for shim in data["shims"]:
+        print(f"shim {shim['name']} for {shim['patch']}", file=out)
+    for skipped in data["skipped"]:
+        print(f"skipped {skipped['path']} ({skipped['patch']}, {skipped['hunks']} hunks): "
+              f"{skipped['reason']}", file=out)
+    print(folder, file=out)

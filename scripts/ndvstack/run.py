@@ -1,0 +1,40 @@
+"""run: a command with the overlay active (or, with --stock, on the unmodified torch), so
+any check can be done A/B in one go: `run -- CMD` and `run --stock -- CMD`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from ndvstack import overlay
+from ndvstack.errors import BadInput
+from ndvstack.stack import Stack
+
+
+def environment(stack: Stack, stock: bool, **overlay_options) -> dict[str, str]:
+    """The environment CMD runs in: this venv's python first on PATH and, unless STOCK,
+    the overlay first on PYTHONPATH. NDV_OVERLAY says which (a folder, or "stock")."""
+    env = dict(os.environ)
+    env["PATH"] = f"{Path(sys.prefix) / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    if stock:
+        env["NDV_OVERLAY"] = "stock"
+        return env
+    folder = overlay.ensure(stack, **overlay_options)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(folder), env.get("PYTHONPATH")]))
+    env["NDV_OVERLAY"] = str(folder)
+    return env
+
+
+def main(stack: Stack, command: list[str], stock: bool = False, **overlay_options) -> int:
+    """Runs COMMAND; returns its exit status."""
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise BadInput("run: give the command after --, e.g. run -- python -c 'import torch'")
+    env = environment(stack, stock, **overlay_options)
+    try:
+        return subprocess.run(command, env=env).returncode
+    except FileNotFoundError:
+        raise BadInput(f"run: {command[0]}: command not found") from None

@@ -1,0 +1,137 @@
+"""The stack's native shims: which C++ patch each stands for (overlay/shims.toml), and
+their build with the flags torch.utils.cpp_extension gives, cached by content hash."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from ndvstack.errors import BadInput, WorkFailed
+
+SHIMS_FILE = "shims.toml"
+_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Shim:
+    patch: str
+    name: str
+    source: Path
+    symbols: tuple[str, ...]
+    bound_in: str
+
+    def sources(self) -> list[Path]:
+        """The shim's own file and the headers beside it that it may include."""
+        return [self.source, *sorted(self.source.parent.glob("*.h"))]
+
+
+def load_shims(overlay_src: Path) -> dict[str, Shim]:
+    """patch file name -> its Shim, validated."""
+    path = overlay_src / SHIMS_FILE
+    try:
+        entries = tomllib.loads(path.read_text()).get("shim", [])
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise BadInput(f"{path}: cannot read it: {e}") from None
+    shims: dict[str, Shim] = {}
+    for number, entry in enumerate(entries, 1):
+        where = f"{path} shim #{number}"
+        missing = [k for k in ("patch", "name", "source", "symbols", "bound_in") if k not in entry]
+        if missing:
+            raise BadInput(f"{where}: missing {', '.join(missing)}")
+        if not _NAME.match(entry["name"]):
+            raise BadInput(f"{where}: name {entry['name']!r} is not lower_snake_case")
+        source = overlay_src / entry["source"]
+        if not source.is_file():
+            raise BadInput(f"{where}: source {source} does not exist")
+        if entry["patch"] in shims:
+            raise BadInput(f"{where}: {entry['patch']} already has a shim")
+        shims[entry["patch"]] = Shim(entry["patch"], entry["name"], source,
+                                     tuple(entry["symbols"]), entry["bound_in"])
+    return shims
+
+
+@dataclass(frozen=True)
+class Toolchain:
+    """How shims are compiled for the installed torch."""
+    compiler: str
+    compiler_version: str
+    cflags: tuple[str, ...]
+    ldflags: tuple[str, ...]
+    torch_lib: str
+
+    @classmethod
+    def detect(cls) -> "Toolchain":
+        compiler = os.environ.get("CXX") or "c++"
+        if shutil.which(compiler) is None:
+            raise BadInput(f"no C++ compiler: {compiler} not found (install g++ or set CXX); "
+                           f"the stack's C++ patches need their shims compiled")
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+        # Importing torch is the slow part of a cold build; a warm one never gets here.
+        from torch.utils import cpp_extension
+        includes = [flag for path in cpp_extension.include_paths() for flag in ("-isystem", path)]
+        [torch_lib] = cpp_extension.library_paths()[:1]
+        return cls(compiler, version.splitlines()[0] if version else "unknown",
+                   ("-O2", "-std=c++20", "-fPIC", "-shared", *includes),
+                   (f"-L{torch_lib}", "-Wl,-rpath,$ORIGIN/../lib", "-Wl,--no-as-needed",
+                    "-lc10", "-ltorch_cpu", "-ldl"),
+                   torch_lib)
+
+    def describe(self) -> dict:
+        return {"compiler": self.compiler, "compiler_version": self.compiler_version,
+                "cflags": list(self.cflags), "ldflags": list(self.ldflags)}
+
+
+def shim_key(shim: Shim, toolchain_id: str) -> str:
+    digest = hashlib.sha256(toolchain_id.encode())
+    for path in shim.sources():
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    digest.update(json.dumps([shim.name, shim.symbols]).encode())
+    return digest.hexdigest()
+
+
+def defined_symbols(library: Path) -> set[str]:
+    result = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True)
+    return {line.split()[-1] for line in result.stdout.splitlines() if line.strip()}
+
+
+def build(shim: Shim, toolchain: Toolchain, cache: Path, progress) -> Path:
+    """The shim's library, compiled unless the cache has it for these sources and flags."""
+    key = shim_key(shim, json.dumps(toolchain.describe()))
+    cached = cache / "shims" / key[:32] / f"{shim.name}.so"
+    if cached.is_file():
+        return cached
+    cached.parent.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{shim.name}-", dir=cached.parent.parent))
+    try:
+        output = tmp / f"{shim.name}.so"
+        command = [toolchain.compiler, *toolchain.cflags, str(shim.source), "-o", str(output),
+                   *toolchain.ldflags]
+        progress(f"compiling shim {shim.name} ({shim.source.name}) ...")
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            first_error = next((line for line in result.stderr.splitlines() if "error" in line),
+                               result.stderr.strip()[-300:])
+            raise WorkFailed(f"shim {shim.name} does not compile: {first_error}")
+        missing = [s for s in shim.symbols if s not in defined_symbols(output)]
+        if missing:
+            raise WorkFailed(f"shim {shim.name} does not define {missing[0]} (is the signature right?)")
+        libtorch = defined_symbols(Path(toolchain.torch_lib) / "libtorch_cpu.so")
+        unknown = [s for s in shim.symbols if s not in libtorch]
+        if unknown:
+            raise WorkFailed(f"shim {shim.name}: libtorch_cpu.so exports no {unknown[0]}; "
+                             f"the shim would replace nothing")
+        try:
+            tmp.rename(cached.parent)
+        except OSError:  # another build put it there first: same key, same content
+            pass
+        return cached
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)

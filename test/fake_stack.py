@@ -1,0 +1,72 @@
+"""A test double of the stack: two small patches made at test time against the installed
+wheel's own files (through base-tree and export, like a real Python-only patch), with a
+test-double shim. Used to test the overlay and the wheel before, and besides, the real
+stack: one Python hunk, one C++ file with its shim, one test file, one docs file.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from fake_pytorch import FakePytorch
+from ndvstack import basetree, export
+from ndvstack.layers import DEFAULT_OVERLAY_SRC
+from ndvstack.stack import DEFAULT_PATCHES, Stack
+
+DOUBLES = Path(__file__).parent / "doubles"
+WRAP_OUTPUTS = ("_ZN5torch8autograd13_wrap_outputsERKSt6vectorIN2at6TensorESaIS3_EERKSt13"
+                "unordered_setIPN3c1010TensorImplESt4hashISB_ESt8equal_toISB_ESaISB_EESJ_"
+                "NS9_8ArrayRefISt8optionalIS3_EEERKNS9_13intrusive_ptrINS0_4NodeENS9_6deta"
+                "il34intrusive_target_default_null_typeISP_EEEERKSt8functionIFS5_S5_S5_EES"
+                "J_RKSW_IFS3_S3_EEb")
+PYTHON_FILE = "torch/autograd/function.py"
+MARKER = '_NDV_TEST_DOUBLE = "the python hunk is in effect"\n'
+
+
+def quiet(_):
+    pass
+
+
+def make_partial_tree(out: Path) -> FakePytorch:
+    root = basetree.main(Stack(DEFAULT_PATCHES), out, progress=quiet)
+    return FakePytorch(out, root)
+
+
+def stack_data(patches: Path) -> Stack:
+    patches.mkdir(parents=True)
+    for name in ("base.toml", "allowed-paths"):
+        shutil.copy(DEFAULT_PATCHES / name, patches / name)
+    (patches / "series").write_text("# test double stack\n")
+    return Stack(patches)
+
+
+def overlay_src(target: Path, shimmed_patch: str | None) -> Path:
+    """The real loader and shim support, with the counting test double as the only shim."""
+    (target / "native").mkdir(parents=True)
+    shutil.copytree(DEFAULT_OVERLAY_SRC / "loader", target / "loader",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(DEFAULT_OVERLAY_SRC / "native" / "ndv_shim_support.h", target / "native")
+    shutil.copy(DOUBLES / "counting_shim.cpp", target / "native")
+    entry = (f'[[shim]]\npatch = "{shimmed_patch}"\nname = "counting"\n'
+             f'source = "native/counting_shim.cpp"\nsymbols = ["{WRAP_OUTPUTS}"]\n'
+             f'bound_in = "libtorch_python"\n') if shimmed_patch else "shim = []\n"
+    (target / "shims.toml").write_text(entry)
+    return target
+
+
+def double_stack(tmp: Path) -> tuple[Stack, Path, FakePytorch]:
+    """(stack, overlay source, partial tree) of the test double."""
+    tree = make_partial_tree(tmp / "tree")
+    tree.git.run("checkout", "--quiet", "-b", "ndv/stack")
+    text = (tree.path / PYTHON_FILE).read_text()
+    tree.commit("[autograd] Test double: a Python hunk\n\nMarks the module so tests see it.\n",
+                {PYTHON_FILE: text + "\n" + MARKER}, date="2026-06-01T00:00:00+00:00")
+    tree.commit("[autograd] Test double: C++ with a shim\n\nA C++ file, its test and docs.\n",
+                {"torch/csrc/autograd/ndv_test_double.cpp": "// test double\n",
+                 "test/autograd/test_ndv_double.py": "# test double\n",
+                 "docs/source/notes/ndv_double.rst": "Test double\n"},
+                date="2026-06-02T00:00:00+00:00")
+    stack = stack_data(tmp / "patches")
+    names = export.main(stack, tree.path, progress=quiet)
+    return stack, overlay_src(tmp / "overlay", names[1]), tree

@@ -1,0 +1,874 @@
+"""Catalogue of small cases for the semantics scoreboard.
+
+Each Case has:
+  name       stable snake_case id (used in known_failures_stock.txt)
+  fn         f(*inputs) -> tuple of tensors
+  inputs     list of (shape, requires_grad) specs; make_inputs() builds fresh
+             float tensors with a fixed seed on every call
+  grad_mode  None | "no_grad" | "inference_mode", wrapped around the call
+  owner      "issue-N" the case was written for, None for control cases
+             (4 eager Function mark_non_differentiable views, 5 AOTAutograd
+             no_grad / marked views / mark_dirty, 6 inductor aliased+detached
+             outputs, 7 dynamo custom Function)
+  marked     indices of outputs that must be non-differentiable because a
+             custom Function marked them (or they derive only from marked
+             outputs); checked by the eager_abs mode
+  issue_by_mode  optional {mode base name: "issue-N"} overriding the
+             layer-based attribution in scoreboard.owner_for
+  skip_modes modes not run for this case (only for bugs outside this family)
+"""
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Case:
+    name: str
+    fn: object
+    inputs: list
+    grad_mode: str = None
+    owner: str = None
+    marked: tuple = ()
+    issue_by_mode: dict = None
+    skip_modes: tuple = ()
+
+    def make_inputs(self):
+        torch.manual_seed(0)
+        return tuple(
+            torch.randn(*shape).requires_grad_(rg) for shape, rg in self.inputs
+        )
+
+
+CASES = []
+
+
+def case(inputs, grad_mode=None, owner=None, marked=(), issue_by_mode=None, skip_modes=()):
+    def deco(fn):
+        CASES.append(
+            Case(fn.__name__, fn, inputs, grad_mode, owner, marked, issue_by_mode, skip_modes)
+        )
+        return fn
+
+    return deco
+
+
+V4 = [((4,), True)]  # vector requiring grad
+M23 = [((2, 3), True)]  # matrix requiring grad
+M23N = [((2, 3), False)]  # matrix not requiring grad
+M23_M23N = [((2, 3), True), ((2, 3), False)]
+
+
+# ---------------------------------------------------------------------------
+# Custom autograd.Function helpers
+# ---------------------------------------------------------------------------
+
+
+class NondiffViewOfOut(torch.autograd.Function):
+    """y = x*2; v = y.view(-1) marked; return y, v."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x * 2
+        v = y.view(-1)
+        ctx.mark_non_differentiable(v)
+        return y, v
+
+    @staticmethod
+    def backward(ctx, gy, gv):
+        return gy * 2
+
+
+class NondiffViewOfOutFirst(torch.autograd.Function):
+    """Same, but the marked view is returned before its base."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x * 2
+        v = y.view(-1)
+        ctx.mark_non_differentiable(v)
+        return v, y
+
+    @staticmethod
+    def backward(ctx, gv, gy):
+        return gy * 2
+
+
+class NondiffViewOfInput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x * 2
+        v = x.view(-1)
+        ctx.mark_non_differentiable(v)
+        return y, v
+
+    @staticmethod
+    def backward(ctx, gy, gv):
+        return gy * 2
+
+
+class NondiffSelect(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x * 2
+        v = y[0]
+        ctx.mark_non_differentiable(v)
+        return y, v
+
+    @staticmethod
+    def backward(ctx, gy, gv):
+        return gy * 2
+
+
+class NondiffTransposeInput(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x * 2
+        v = x.t()
+        ctx.mark_non_differentiable(v)
+        return y, v
+
+    @staticmethod
+    def backward(ctx, gy, gv):
+        return gy * 2
+
+
+class NondiffViewOfView(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x * 2
+        v = y.view(-1)[1:]
+        ctx.mark_non_differentiable(v)
+        return y, v
+
+    @staticmethod
+    def backward(ctx, gy, gv):
+        return gy * 2
+
+
+class NondiffTwoViews(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        y = x * 2
+        v = y.view(-1)
+        w = y[1]
+        ctx.mark_non_differentiable(v, w)
+        return y, v, w
+
+    @staticmethod
+    def backward(ctx, gy, gv, gw):
+        return gy * 2
+
+
+class NondiffSingleView(torch.autograd.Function):
+    """Only output: a view of an internal tensor, marked."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return_ = (x * 2).view(-1)
+        ctx.mark_non_differentiable(return_)
+        return return_
+
+    @staticmethod
+    def backward(ctx, gv):
+        return None
+
+
+class NondiffSingle(torch.autograd.Function):
+    """Only output: a fresh (non-view) tensor, marked."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x * 2
+        ctx.mark_non_differentiable(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        return None
+
+
+class NondiffSingleInputView(torch.autograd.Function):
+    """Only output: a view of the input, marked."""
+
+    @staticmethod
+    def forward(ctx, x):
+        v = x.view(-1)
+        ctx.mark_non_differentiable(v)
+        return v
+
+    @staticmethod
+    def backward(ctx, gv):
+        return None
+
+
+class NondiffNonView(torch.autograd.Function):
+    """Marked output is not a view: works in eager today (control)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x * 2
+        z = x + 1
+        ctx.mark_non_differentiable(z)
+        return y, z
+
+    @staticmethod
+    def backward(ctx, gy, gz):
+        return gy * 2
+
+
+class NondiffInputReturned(torch.autograd.Function):
+    """mark_non_differentiable(x); return x, x*2."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.mark_non_differentiable(x)
+        return x, x * 2
+
+    @staticmethod
+    def backward(ctx, gx, gy):
+        return gy * 2
+
+
+class NondiffViewOfNoGradInput(torch.autograd.Function):
+    """Two inputs; the marked view is of the input that needs no grad."""
+
+    @staticmethod
+    def forward(ctx, x, b):
+        y = x * b
+        v = b.view(-1)
+        ctx.mark_non_differentiable(v)
+        ctx.save_for_backward(b)
+        return y, v
+
+    @staticmethod
+    def backward(ctx, gy, gv):
+        (b,) = ctx.saved_tensors
+        return gy * b, None
+
+
+class PlainViewOut(torch.autograd.Function):
+    """Returns y and a differentiable view of y (no marking, control)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x * 2
+        return y, y.view(-1)
+
+    @staticmethod
+    def backward(ctx, gy, gv):
+        return (gy + gv.view(gy.shape)) * 2
+
+
+class ExpSaved(torch.autograd.Function):
+    """Classic save_for_backward Function (control)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x.exp()
+        ctx.save_for_backward(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        (y,) = ctx.saved_tensors
+        return gy * y
+
+
+class DirtyNondiffView(torch.autograd.Function):
+    """y.mul_(2); mark_dirty(y); v = y.view(-1) marked; return y, v."""
+
+    @staticmethod
+    def forward(ctx, y):
+        y.mul_(2)
+        ctx.mark_dirty(y)
+        v = y.view(-1)
+        ctx.mark_non_differentiable(v)
+        return y, v
+
+    @staticmethod
+    def backward(ctx, gy, gv):
+        return gy * 2
+
+
+class DirtyOnly(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, y):
+        y.mul_(2)
+        ctx.mark_dirty(y)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        return gy * 2
+
+
+class DirtyNoGradInput(torch.autograd.Function):
+    """y (no grad) mutated and dirty; v = x.view(-1) marked."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        y.add_(1)
+        ctx.mark_dirty(y)
+        v = x.view(-1)
+        ctx.mark_non_differentiable(v)
+        return y, v
+
+    @staticmethod
+    def backward(ctx, gy, gv):
+        return None, gy
+
+
+class ArgmaxOut(torch.autograd.Function):
+    """Second output is an integer tensor: non-differentiable by dtype."""
+
+    @staticmethod
+    def forward(ctx, x):
+        y = x * 2
+        i = x.argmax()
+        ctx.mark_non_differentiable(i)
+        return y, i
+
+    @staticmethod
+    def backward(ctx, gy, gi):
+        return gy * 2
+
+
+# ---------------------------------------------------------------------------
+# issue-4: eager custom Function + mark_non_differentiable on views
+# ---------------------------------------------------------------------------
+
+
+@case(V4, owner="issue-4", marked=(1,))
+def fn_nondiff_view_of_out(x):
+    return NondiffViewOfOut.apply(x)
+
+
+@case(M23, owner="issue-4", marked=(0,))
+def fn_nondiff_view_before_base(x):
+    return NondiffViewOfOutFirst.apply(x)
+
+
+@case(M23, owner="issue-4", marked=(1,))
+def fn_nondiff_view_of_input(x):
+    return NondiffViewOfInput.apply(x)
+
+
+@case(M23, owner="issue-4", marked=(1,))
+def fn_nondiff_select(x):
+    return NondiffSelect.apply(x)
+
+
+@case(M23, owner="issue-4", marked=(1,))
+def fn_nondiff_t_of_input(x):
+    return NondiffTransposeInput.apply(x)
+
+
+@case(M23, owner="issue-4", marked=(1,))
+def fn_nondiff_view_of_view(x):
+    return NondiffViewOfView.apply(x)
+
+
+@case(M23, owner="issue-4", marked=(1, 2))
+def fn_nondiff_two_views(x):
+    return NondiffTwoViews.apply(x)
+
+
+# Eager gets this one right (the base is not returned); dynamo crashes.
+@case(M23, marked=(0,), owner="issue-7")
+def fn_nondiff_single_view(x):
+    return (NondiffSingleView.apply(x),)
+
+
+@case(M23, owner="issue-4", marked=(0,))
+def fn_nondiff_single_input_view(x):
+    return (NondiffSingleInputView.apply(x),)
+
+
+@case(M23, owner="issue-4", marked=(1,))
+def fn_nondiff_view_of_nonleaf(x):
+    return NondiffViewOfInput.apply(x * 1)
+
+
+@case(M23, owner="issue-4", marked=(1,))
+def fn_nondiff_view_then_used(x):
+    y, v = NondiffViewOfOut.apply(x)
+    return y, v * 3
+
+
+# Eager is right; backend="eager" loses the saved-tensor version check.
+@case(M23_M23N, marked=(1,), owner="issue-7")
+def fn_nondiff_view_of_nograd_input(x, b):
+    return NondiffViewOfNoGradInput.apply(x, b)
+
+
+@case(M23N, marked=(1,), owner="issue-6")
+def fn_nondiff_view_input_nograd(x):
+    return NondiffViewOfOut.apply(x)
+
+
+# controls
+@case(M23, marked=(1,))
+def fn_nondiff_nonview(x):
+    return NondiffNonView.apply(x)
+
+
+@case(M23, marked=(1,))
+def fn_nondiff_argmax(x):
+    return ArgmaxOut.apply(x)
+
+
+# No marking: eager forbids in-place on a view returned by a Function,
+# compiled (AOT) allows it.
+@case(M23, owner="issue-5")
+def fn_plain_view_out(x):
+    return PlainViewOut.apply(x)
+
+
+@case(M23)
+def fn_exp_saved(x):
+    return (ExpSaved.apply(x),)
+
+
+# backend="eager": in-place on the saved output is not detected, backward
+# silently uses the mutated value.
+@case(M23, owner="issue-7")
+def fn_exp_saved_then_view(x):
+    y = ExpSaved.apply(x)
+    return y, y.view(-1)
+
+
+# ---------------------------------------------------------------------------
+# issue-7: dynamo + custom Function
+# ---------------------------------------------------------------------------
+
+
+@case(M23, owner="issue-7", marked=(0,))
+def fn_single_nondiff(x):
+    return (NondiffSingle.apply(x),)
+
+
+@case(M23, owner="issue-7", marked=(0,))
+def fn_single_nondiff_then_add(x):
+    return (NondiffSingle.apply(x), x + 1)
+
+
+@case(M23, owner="issue-7", marked=(0,))
+def fn_nondiff_input_returned(x):
+    return NondiffInputReturned.apply(x)
+
+
+# Reported as a dynamo Function bug: attribute the AOT-backed dynamo modes
+# to issue-7 (plain aot_function shows a related AOTAutograd diff).
+@case(
+    M23_M23N,
+    owner="issue-7",
+    marked=(1,),
+    issue_by_mode={"aot_eager": "issue-7", "inductor": "issue-7"},
+)
+def fn_dirty_nograd_input(x, y):
+    return DirtyNoGradInput.apply(x, y)
+
+
+# ---------------------------------------------------------------------------
+# issue-5: AOTAutograd: mark_dirty crash
+# ---------------------------------------------------------------------------
+
+
+@case(M23, owner="issue-5", marked=(1,))
+def fn_dirty_nondiff_view(b):
+    return DirtyNondiffView.apply(b * 1)
+
+
+@case(M23)
+def fn_dirty_only(b):
+    return (DirtyOnly.apply(b * 1),)
+
+
+@case(M23)
+def fn_dirty_then_view(b):
+    y = DirtyOnly.apply(b * 1)
+    return y, y.view(-1)
+
+
+# ---------------------------------------------------------------------------
+# issue-5: views created under no_grad
+# ---------------------------------------------------------------------------
+
+
+@case(M23, owner="issue-5")
+def nograd_view_of_out(a):
+    out = a * 3
+    with torch.no_grad():
+        v = out.view(-1)
+    return out.sum(), v
+
+
+@case(M23, owner="issue-5")
+def nograd_view_of_input(x):
+    with torch.no_grad():
+        v = x.view(-1)
+    return (v,)
+
+
+@case(M23, owner="issue-5")
+def nograd_slice_of_input(x):
+    with torch.no_grad():
+        v = x[1:]
+    return x * 2, v
+
+
+@case(M23, owner="issue-5")
+def nograd_view_of_view(a):
+    out = a * 3
+    with torch.no_grad():
+        v = out.view(-1)[1:]
+    return out, v
+
+
+@case(M23, owner="issue-5")
+def nograd_view_of_view_outside(a):
+    out = a * 3
+    with torch.no_grad():
+        v = out.view(-1)
+    return out, v[1:]
+
+
+@case(M23, owner="issue-5")
+def nograd_t(a):
+    out = a * 3
+    with torch.no_grad():
+        v = out.t()
+    return out, v
+
+
+@case(M23, owner="issue-5")
+def nograd_select(a):
+    out = a * 3
+    with torch.no_grad():
+        v = out[0]
+    return out, v
+
+
+@case(M23, owner="issue-5")
+def nograd_unbind(a):
+    out = a * 3
+    with torch.no_grad():
+        v0, v1 = out.unbind(0)
+    return out, v0, v1
+
+
+@case(M23, owner="issue-5")
+def nograd_view_only(a):
+    out = a * 3
+    with torch.no_grad():
+        v = out.view(-1)
+    return (v,)
+
+
+@case(M23, owner="issue-5")
+def nograd_view_used_later(a):
+    out = a * 3
+    with torch.no_grad():
+        v = out.view(-1)
+    return out, v * 2
+
+
+# controls
+@case(M23N, owner="issue-6")
+def nograd_view_input_nograd(a):
+    out = a * 3
+    with torch.no_grad():
+        v = out.view(-1)
+    return out, v
+
+
+@case(M23)
+def nograd_clone(a):
+    out = a * 3
+    with torch.no_grad():
+        v = out.clone()
+    return out, v
+
+
+@case(M23)
+def nograd_mul(a):
+    with torch.no_grad():
+        v = a * 2
+    return a * 3, v
+
+
+# ---------------------------------------------------------------------------
+# grad_mode wrapped around the whole call (controls)
+# ---------------------------------------------------------------------------
+
+
+@case(M23, grad_mode="no_grad")
+def gm_no_grad_view(x):
+    return x.view(-1), x * 2
+
+
+@case(M23, grad_mode="no_grad")
+def gm_no_grad_detach(x):
+    y = x * 2
+    return y, y.detach()
+
+
+@case(M23, grad_mode="inference_mode", owner="issue-5")
+def gm_inference_view(x):
+    return x.view(-1), x * 2
+
+
+@case(M23, grad_mode="inference_mode")
+def gm_inference_mul(x):
+    y = x * 2
+    return y, y[0]
+
+
+# ---------------------------------------------------------------------------
+# issue-6: aliased + detached outputs (inductor)
+# ---------------------------------------------------------------------------
+
+
+@case(V4, owner="issue-6")
+def slices_and_detach(x):
+    y = x * 2
+    return y[:2], y[2:], y.detach()
+
+
+@case(V4, owner="issue-6")
+def detach_first_then_selects(x):
+    y = x * 2
+    return y.detach(), y[0], y[1]
+
+
+@case(M23, owner="issue-6")
+def exp_and_view_detach(x):
+    y = x.exp()
+    return y, y.view(-1).detach()
+
+
+@case(M23, owner="issue-6")
+def exp_and_detach_view(x):
+    y = x.exp()
+    return y, y.detach().view(-1)
+
+
+@case(M23, owner="issue-6")
+def exp_and_split_detach(x):
+    y = x.exp()
+    return y, y.split(1)[0].detach()
+
+
+# Near misses: these pass on stock 2.13.0 (kept as regression guards).
+@case(M23)
+def exp_and_detach(x):
+    y = x.exp()
+    return y, y.detach()
+
+
+@case(M23, owner="issue-6")
+def exp_view_and_detach(x):
+    y = x.exp()
+    return y.view(-1), y.detach()
+
+
+@case(M23)
+def mul_and_detach(x):
+    y = x * 2
+    return y, y.detach()
+
+
+@case(M23, owner="issue-6")
+def unbind_input(x):
+    return x.unbind(0)
+
+
+@case(M23N)
+def unbind_input_nograd(x):
+    return x.unbind(0)
+
+
+@case(M23, owner="issue-5")
+def unbind_of_out(x):
+    return (x * 2).unbind(0)
+
+
+@case(M23, owner="issue-5")
+def split_of_out(x):
+    return (x * 2).split(1)
+
+
+@case(M23, owner="issue-5")
+def chunk_of_out(x):
+    return (x * 2).chunk(2, dim=1)
+
+
+@case(M23, owner="issue-6")
+def detach_then_select(x):
+    y = x * 2
+    return y, y.detach()[0]
+
+
+@case(M23)
+def slice_and_detach_of_slice(x):
+    y = x * 2
+    return y[0], y[1:].detach()
+
+
+@case(M23)
+def detach_of_input(x):
+    return x.detach(), x * 2
+
+
+# controls
+@case(M23)
+def detach_nonview(x):
+    return x * 2, (x * 3).detach()
+
+
+@case(M23)
+def mul_and_view(x):
+    y = x * 2
+    return y, y.view(-1)
+
+
+@case(M23)
+def mul_and_t(x):
+    y = x * 2
+    return y, y.t()
+
+
+@case(M23)
+def same_output_twice(x):
+    y = x * 2
+    return y, y
+
+
+@case(M23)
+def slices_of_out(x):
+    y = x * 2
+    return y[0], y[1]
+
+
+@case(M23N, owner="issue-6")
+def split_of_out_nograd(x):
+    return (x * 2).split(1)
+
+
+# ---------------------------------------------------------------------------
+# plain views of inputs and outputs (controls)
+# ---------------------------------------------------------------------------
+
+
+@case(M23)
+def input_view(x):
+    return (x.view(-1),)
+
+
+@case(M23)
+def input_t(x):
+    return (x.t(),)
+
+
+@case(M23)
+def input_slice(x):
+    return (x[1:],)
+
+
+@case(M23)
+def input_select(x):
+    return (x[0],)
+
+
+@case(M23)
+def input_index_list(x):
+    return (x[[0, 1]],)
+
+
+@case(M23)
+def input_view_of_view(x):
+    return (x.view(-1)[1:].view(1, 5),)
+
+
+@case(M23)
+def input_diagonal(x):
+    return (x.diagonal(),)
+
+
+@case(M23)
+def input_expand(x):
+    return (x[:1].expand(3, 3),)
+
+
+@case(M23)
+def input_narrow(x):
+    return (x.narrow(1, 1, 2),)
+
+
+@case(M23_M23N)
+def two_inputs_views(x, b):
+    return x.view(-1), b.view(-1), x * b
+
+
+@case(M23)
+def out_view_of_view(x):
+    y = x * 2
+    return y, y.view(-1)[2:], y.t()[0]
+
+
+@case(M23)
+def exp_view(x):
+    return (x.exp().view(-1),)
+
+
+@case(M23)
+def mul_nonview(x):
+    return x * 2, x + 1
+
+
+# ---------------------------------------------------------------------------
+# more variations
+# ---------------------------------------------------------------------------
+
+
+@case(M23, owner="issue-4", marked=(1,))
+def fn_nondiff_view_sliced_outside(x):
+    y, v = NondiffViewOfOut.apply(x)
+    return y, v[1:]
+
+
+@case(M23, owner="issue-6")
+def split_input(x):
+    return x.split(1)
+
+
+@case(M23)
+def mul_detach_mutated_inside(x):
+    y = x * 2
+    y.detach().add_(1)
+    return (y,)
+
+
+@case(M23)
+def inplace_then_view(x):
+    y = x * 2
+    y.add_(1)
+    return y, y.view(-1)
+
+
+@case(M23_M23N)
+def nograd_view_of_nograd_input(x, b):
+    with torch.no_grad():
+        v = b.view(-1)
+    return x * b, v
+
+
+# Plain aot_function (no dynamo) does not raise here on stock 2.13.0: an
+# input-mutation limitation outside this bug family, so it is skipped.
+@case(M23, skip_modes=("aot_function", "aot_function_dyn"))
+def inplace_on_leaf_raises(x):
+    # eager raises (in-place on a leaf that requires grad): compiled must too
+    x.add_(1)
+    return (x * 2,)

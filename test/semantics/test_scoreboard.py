@@ -1,0 +1,61 @@
+"""The semantics scoreboard, A/B in one run: the whole catalogue on stock torch and with
+the stack overlaid (each side in its own subprocess, through scripts/stack.sh run
+[--stock]), checked against two data files:
+
+  known_failures_stock.txt  pairs that differ on stock: each must differ there (the A/B is real)
+  known_failures_stack.txt  pairs that still differ with the stack: the open issue that owns
+                            each, as an expected failure; every other pair must agree with
+                            the stack (a fixed pair, or one that never differed: no regression)
+
+Both directions are exact: a listed pair that agrees fails too, so the lists stay true.
+The catalogue is split into shards so that pytest-xdist spreads the compiles over cores.
+"""
+
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+from cases import CASES  # noqa: E402
+from harness import MODES, modes_for  # noqa: E402
+from scoreboard import SIDES, load_known, run_side  # noqa: E402
+
+SHARDS = 6
+KNOWN = {side: load_known(os.path.join(HERE, f"known_failures_{side}.txt")) for side in SIDES}
+PAIRS = {(c.name, m) for c in CASES for m in modes_for(c)}
+
+
+def test_the_known_lists_name_real_pairs_and_open_issues():
+    assert len({c.name for c in CASES}) == len(CASES), "duplicate case names"
+    for side, known in KNOWN.items():
+        unknown = sorted(set(known) - PAIRS)
+        assert not unknown, f"known_failures_{side}.txt names unknown pairs: {unknown}"
+        assert {issue for issue in known.values()} <= {"issue-4", "issue-5", "issue-6", "issue-7"}
+        assert {mode for _, mode in known} <= set(MODES)
+
+
+@pytest.fixture(scope="session")
+def inductor_cache(tmp_path_factory):
+    """One compile cache per run, shared by the xdist workers (per side: see run_side)."""
+    base = tmp_path_factory.getbasetemp()
+    shared = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "inductor-cache"
+    shared.mkdir(exist_ok=True)
+    return str(shared)
+
+
+@pytest.mark.parametrize("shard", range(SHARDS))
+@pytest.mark.parametrize("side", SIDES)
+def test_scoreboard(side, shard, tmp_path, inductor_cache):
+    results = run_side(side, str(tmp_path / "results.json"), shard=f"{shard}/{SHARDS}",
+                       inductor_cache=inductor_cache)
+    expected = {pair: issue for pair, issue in KNOWN[side].items() if pair in results}
+    wrongly_agree = sorted(f"{c} {m} (listed for {expected[(c, m)]})" for c, m in expected
+                           if not results[(c, m)])
+    wrongly_differ = sorted(f"{c} {m}: {'; '.join(d)}" for (c, m), d in results.items()
+                            if d and (c, m) not in expected)
+    assert not wrongly_agree and not wrongly_differ, (
+        f"on {side}, shard {shard}: listed in known_failures_{side}.txt but agree:\n  "
+        + "\n  ".join(wrongly_agree) + f"\nnot listed but differ:\n  " + "\n  ".join(wrongly_differ))

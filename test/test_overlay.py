@@ -1,0 +1,156 @@
+"""The overlay over the installed torch, with the test-double stack (fake_stack.py)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fake_stack import MARKER, PYTHON_FILE, double_stack, overlay_src, quiet, stack_data
+from ndvstack import export, overlay, run
+from ndvstack.errors import BadInput
+from ndvstack.installed import installed_torch
+
+TORCH_DIR = Path(installed_torch().location)
+CHECK = ("import torch, torch.autograd.function as f\n"
+         "print(getattr(f, '_NDV_TEST_DOUBLE', 'stock'))\n"
+         "class F(torch.autograd.Function):\n"
+         "    @staticmethod\n"
+         "    def forward(ctx, x): return x * 2\n"
+         "    @staticmethod\n"
+         "    def backward(ctx, g): return g * 2\n"
+         "F.apply(torch.ones(2, requires_grad=True))\n"
+         "print(torch._ndv_overlay.calls('counting') if hasattr(torch, '_ndv_overlay') else 'no shim')\n")
+
+
+@pytest.fixture(scope="module")
+def double(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("double")
+    with pytest.MonkeyPatch.context() as mp:
+        from fake_pytorch import environment_for_git
+        for key, value in environment_for_git(tmp).items():
+            mp.setenv(key, value)
+        stack, src, _ = double_stack(tmp)
+    cache = tmp / "cache"
+    folder = overlay.ensure(stack, src, cache=cache, progress=quiet)
+    return stack, src, cache, folder
+
+
+def python_in(env):
+    return subprocess.run([sys.executable, "-c", CHECK], env=env, capture_output=True, text=True)
+
+
+def test_the_overlay_lays_python_hunks_and_shims_and_skips_the_rest(double):
+    stack, _, _, folder = double
+    data = json.loads((folder / "torch/_ndv_overlay/manifest.json").read_text())
+    names = stack.series()
+    assert data["built_from"] == "overlay" and data["label"].startswith("cpu.ndv2.")
+    assert data["overlaid"] == {PYTHON_FILE: [names[0]]}
+    assert data["skipped"] == [
+        {"patch": names[1], "path": "docs/source/notes/ndv_double.rst", "hunks": 1,
+         "reason": "documentation: not part of the torch package"},
+        {"patch": names[1], "path": "test/autograd/test_ndv_double.py", "hunks": 1,
+         "reason": "a test file: not part of the torch package"},
+        {"patch": names[1], "path": "torch/csrc/autograd/ndv_test_double.cpp", "hunks": 1,
+         "reason": "C++: given by the native shim counting"},
+    ]
+    [shim] = data["shims"]
+    assert shim["patch"] == names[1] and shim["library"] == "counting.so"
+    assert "-std=c++20" in data["shim_build"]["cflags"]
+    assert [p["name"] for p in data["patches"]] == names
+    assert (folder / PYTHON_FILE).read_text().endswith(MARKER)
+
+
+def test_the_overlay_never_edits_site_packages(double):
+    folder = double[3]
+    stock = TORCH_DIR / "autograd/function.py"
+    assert MARKER not in stock.read_text()
+    assert (folder / PYTHON_FILE).stat().st_ino != stock.stat().st_ino
+    assert (folder / "torch/__init__.py").stat().st_ino != (TORCH_DIR / "__init__.py").stat().st_ino
+    # Everything else is the installed files themselves, hard-linked.
+    assert (folder / "torch/nn/functional.py").stat().st_ino == (TORCH_DIR / "nn/functional.py").stat().st_ino
+    assert (folder / "torch/lib/libtorch_cpu.so").samefile(TORCH_DIR / "lib/libtorch_cpu.so")
+
+
+def test_run_is_an_a_b_switch(double):
+    stack, src, cache, _ = double
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("NDV_CACHE", str(cache))
+        patched = python_in(run.environment(stack, stock=False, overlay_src=src, progress=quiet))
+        stock = python_in(run.environment(stack, stock=True))
+    assert patched.returncode == 0, patched.stderr
+    assert patched.stdout.splitlines() == ["the python hunk is in effect", "1"]
+    assert stock.returncode == 0 and stock.stdout.splitlines() == ["stock", "no shim"]
+
+
+def test_the_import_fails_loudly_when_a_shim_is_not_in_effect(double):
+    stack, src, cache, folder = double
+    env = {**os.environ, "PYTHONPATH": str(folder),
+           # libtorch_cpu first in the global scope: its _wrap_outputs wins over the shim's
+           "LD_PRELOAD": str(TORCH_DIR / "lib/libtorch_cpu.so")}
+    result = python_in(env)
+    assert result.returncode == 1
+    assert ("ImportError: ndvstack overlay: shim counting (0002-autograd-Test-double-C-with-a-shim.patch) "
+            "is not in effect: libtorch_python binds another definition") in result.stderr
+
+
+def test_a_warm_overlay_is_reused_and_a_changed_input_rebuilds(double, tmp_path):
+    stack, src, cache, folder = double
+    messages = []
+    assert overlay.ensure(stack, src, cache=cache, progress=messages.append) == folder
+    assert messages[0].startswith("overlay: up to date")
+    changed = shutil.copytree(src, tmp_path / "src")
+    with open(changed / "native/counting_shim.cpp", "a") as source:
+        source.write("// changed\n")
+    messages.clear()
+    rebuilt = overlay.ensure(stack, changed, cache=cache, progress=messages.append)
+    assert rebuilt != folder and any(m.startswith("compiling shim counting") for m in messages)
+
+
+def test_a_cpp_patch_without_a_shim_fails_unless_allowed(double, tmp_path):
+    stack, _, cache, _ = double
+    unshimmed = overlay_src(tmp_path / "src", shimmed_patch=None)
+    with pytest.raises(BadInput, match=r"0002-autograd-Test-double-C-with-a-shim\.patch changes C\+\+ "
+                                       r"\(torch/csrc/autograd/ndv_test_double\.cpp\) and has no shim"):
+        overlay.ensure(stack, unshimmed, cache=cache, progress=quiet)
+    folder = overlay.ensure(stack, unshimmed, cache=cache, allow_unshimmed=True, progress=quiet)
+    data = json.loads((folder / "torch/_ndv_overlay/manifest.json").read_text())
+    assert data["shims"] == [] and "C++ without a shim: NOT in effect" in data["skipped"][2]["reason"]
+
+
+def test_a_hunk_that_does_not_apply_to_the_wheel_is_refused(double, tmp_path):
+    stack, _, _, _ = double
+    bad = stack_data(tmp_path / "patches")
+    name = stack.series()[0]
+    lines = (stack.dir / name).read_text().splitlines(keepends=True)
+    first_context = next(i for i, line in enumerate(lines) if line.startswith("@@ ")) + 1
+    lines[first_context] = " a line the wheel's file does not have\n"  # counts unchanged
+    (bad.dir / name).write_text("".join(lines))
+    with open(bad.dir / "series", "a") as series:
+        series.write(name + "\n")
+    cache = tmp_path / "cache"
+    with pytest.raises(BadInput, match=rf"{name} does not apply to the installed wheel's files: "
+                                       rf"{PYTHON_FILE} hunk #1 \(@@ "):
+        overlay.ensure(bad, overlay_src(tmp_path / "src", None), cache=cache, progress=quiet)
+    assert not (cache / "overlays").exists()
+
+
+def test_refuses_a_torch_that_is_not_the_base(double, tmp_path):
+    stack, src, _, _ = double
+    other = stack_data(tmp_path / "patches")
+    base = other.dir / "base.toml"
+    base.write_text(base.read_text().replace("cf30153c4c131c8164ee7798e5022d810682e2cb", "2" * 40))
+    with pytest.raises(BadInput, match=rf"the installed torch 2\.13\.0\+cpu is git cf30153c4c131c8164ee7798e5022d810682e2cb, "
+                                       rf"not the base {'2' * 40}"):
+        overlay.ensure(other, src, cache=tmp_path / "cache", progress=quiet)
+
+
+def test_refuses_without_a_cpp_compiler(double, tmp_path, monkeypatch):
+    stack, src, _, _ = double
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    with pytest.raises(BadInput, match=r"no C\+\+ compiler: /nonexistent/c\+\+ not found"):
+        overlay.ensure(stack, src, cache=tmp_path / "cache", progress=quiet)
+    assert not (tmp_path / "cache" / "overlays").exists()
