@@ -154,3 +154,33 @@ def test_refuses_without_a_cpp_compiler(double, tmp_path, monkeypatch):
     with pytest.raises(BadInput, match=r"no C\+\+ compiler: /nonexistent/c\+\+ not found"):
         overlay.ensure(stack, src, cache=tmp_path / "cache", progress=quiet)
     assert not (tmp_path / "cache" / "overlays").exists()
+
+
+def tree_state(folder: Path) -> list:
+    return sorted((str(p.relative_to(folder)), p.stat().st_ino) for p in folder.rglob("*")
+                  if "__pycache__" not in p.parts)
+
+
+@pytest.mark.parametrize("stage", ["compiling shim", "overlay: linking"])
+def test_sigkill_leaves_earlier_overlays_and_no_half_built_one(double, tmp_path, stage):
+    stack, src, cache, folder = double
+    changed = shutil.copytree(src, tmp_path / "src")
+    with open(changed / "native/counting_shim.cpp", "a") as source:
+        source.write(f"// {stage}\n")
+    before = tree_state(folder)
+    existing = set((cache / "overlays").iterdir())
+    command = [str(Path(__file__).parents[1] / "scripts" / "stack.sh"), "--patches", str(stack.dir),
+               "--overlay-src", str(changed), "overlay"]
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True,
+                               env={**os.environ, "NDV_CACHE": str(cache)})
+    for line in process.stderr:
+        if line.startswith(stage):
+            process.send_signal(9)
+            break
+    assert process.wait() == -9
+    assert tree_state(folder) == before
+    new = set((cache / "overlays").iterdir()) - existing
+    assert all(p.name.startswith(".building-") for p in new)  # only the abandoned build folder
+    rebuilt = overlay.ensure(stack, changed, cache=cache, progress=quiet)
+    assert (rebuilt / "torch/_ndv_overlay/manifest.json").is_file()
+    assert not list((cache / "overlays").glob(".building-*"))  # the abandoned one was removed

@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from ndvstack import apply, basetree, export, lint, overlay, run, status
+from ndvstack import apply, basetree, export, lint, overlay, run, status, wheel
 from ndvstack.checkout import DEFAULT_BRANCH
 from ndvstack.errors import StackError
 from ndvstack.git import GitError
@@ -69,6 +69,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-unshimmed", action="store_true",
                    help="overlay a C++ patch that has no shim (its C++ is then NOT in effect)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+
+    p = verbs.add_parser("wheel", help="the patched wheel in dist/, from the release wheel",
+                         description="Make dist/torch-<release>+<label>-<tags>.whl: the base's release "
+                                     "wheel with the stack laid in (patched Python files, compiled "
+                                     "shims and their loader), and beside it <wheel>.json. dist/ "
+                                     "changes in one atomic step or not at all.")
+    p.add_argument("--dist", type=Path, default=wheel.DEFAULT_DIST, help="(default: %(default)s)")
+    p.add_argument("--release-wheel", type=Path, metavar="WHL",
+                   help="the base's release wheel (default: fetched with pip, checked by sha256)")
+    p.add_argument("--allow-unshimmed", action="store_true",
+                   help="ship a C++ patch that has no shim (its C++ is then NOT in effect)")
     return parser
 
 
@@ -90,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
             basetree.main(stack, args.out)
         elif args.verb == "overlay":
             overlay.main(stack, sys.stdout, args.overlay_src, args.allow_unshimmed)
+        elif args.verb == "wheel":
+            wheel.main(stack, args.dist, args.release_wheel, args.overlay_src,
+                       allow_unshimmed=args.allow_unshimmed)
         elif args.verb == "run":
             return run.main(stack, args.command, stock=args.stock, overlay_src=args.overlay_src,
                             allow_unshimmed=args.allow_unshimmed)

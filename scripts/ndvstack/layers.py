@@ -129,7 +129,7 @@ def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def manifest(plan: Plan, base, built_from: str, label: str, toolchain, files: dict) -> dict:
+def manifest(plan: Plan, base, built_from: str, label: str, toolchain, origin: dict) -> dict:
     return {
         "built_from": built_from,
         "label": label,
@@ -141,7 +141,7 @@ def manifest(plan: Plan, base, built_from: str, label: str, toolchain, files: di
                    "source_sha256": sha256(s.source), "symbols": list(s.symbols), "bound_in": s.bound_in}
                   for s in plan.shims],
         "shim_build": toolchain.describe() if toolchain else None,
-        "files": files,
+        "origin": origin,
     }
 
 

@@ -16,11 +16,11 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from ndvstack import lint, shims
+from ndvstack.atomic import build_dir
 from ndvstack.basetree import require_base_torch
 from ndvstack.layers import DEFAULT_OVERLAY_SRC, lay_into, make_plan, manifest, patched_files
 from ndvstack.stack import Stack
@@ -70,14 +70,6 @@ def _link_tree(source: Path, target: Path) -> None:
                 os.symlink(Path(folder, name), target / rel / name)
 
 
-def _remove_abandoned(builds: Path) -> None:
-    """Temporary folders of builds that were killed (their pid is gone)."""
-    for tmp in builds.glob(".building-*"):
-        pid = tmp.name.split("-")[1]
-        if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
 def ensure(stack: Stack, overlay_src: Path = DEFAULT_OVERLAY_SRC, cache: Path | None = None,
            allow_unshimmed: bool = False, progress=lambda msg: print(msg, file=sys.stderr)) -> Path:
     """The overlay's folder for the stack over the installed torch, built if not cached.
@@ -104,9 +96,7 @@ def ensure(stack: Stack, overlay_src: Path = DEFAULT_OVERLAY_SRC, cache: Path | 
     data = manifest(plan, base, "overlay", label, toolchain,
                     {"torch": torch.version, "git_version": torch.git_version, "site": str(torch_dir)})
 
-    builds.mkdir(parents=True, exist_ok=True)
-    _remove_abandoned(builds)
-    tmp = Path(tempfile.mkdtemp(prefix=f".building-{os.getpid()}-", dir=builds))
+    tmp = build_dir(builds, "building")
     try:
         progress(f"overlay: linking {torch_dir} ...")
         _link_tree(torch_dir, tmp / "torch")

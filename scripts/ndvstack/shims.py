@@ -9,11 +9,11 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ndvstack.atomic import build_dir
 from ndvstack.errors import BadInput, WorkFailed
 
 SHIMS_FILE = "shims.toml"
@@ -108,8 +108,7 @@ def build(shim: Shim, toolchain: Toolchain, cache: Path, progress) -> Path:
     cached = cache / "shims" / key[:32] / f"{shim.name}.so"
     if cached.is_file():
         return cached
-    cached.parent.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{shim.name}-", dir=cached.parent.parent))
+    tmp = build_dir(cached.parent.parent, "shim")
     try:
         output = tmp / f"{shim.name}.so"
         command = [toolchain.compiler, *toolchain.cflags, str(shim.source), "-o", str(output),

@@ -1,0 +1,30 @@
+"""Building things beside their destination and moving them in with one rename, so that
+an interrupted build (SIGKILL included) leaves what was there as it was."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+
+def build_dir(parent: Path, prefix: str) -> Path:
+    """A new temporary folder in PARENT (same filesystem as the destination), named with
+    our pid so that a later run can tell an abandoned one; abandoned ones are removed."""
+    parent.mkdir(parents=True, exist_ok=True)
+    for old in parent.glob(f".{prefix}-*"):
+        pid = old.name[len(prefix) + 2:].split("-")[0]
+        if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(old, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f".{prefix}-{os.getpid()}-", dir=parent))
+
+
+def exchange(a: Path, b: Path) -> None:
+    """Atomically swaps the paths A and B (Linux renameat2 with RENAME_EXCHANGE)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    at_fdcwd, rename_exchange = -100, 2
+    if libc.renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) != 0:
+        errno = ctypes.get_errno()
+        raise OSError(errno, f"renameat2 exchange of {a} and {b}: {os.strerror(errno)}")

@@ -1,0 +1,126 @@
+"""wheel: the patched wheel, made from the release wheel of the base without a source build.
+
+The release wheel (from pip's sources, checked against base.toml's sha256) is unpacked
+with the `wheel` package; the stack's Python hunks, the compiled shims and their loader
+are laid in (layers.py, as in the overlay); `wheel pack --local-version` repacks it under
+a local version label naming the stack and regenerates RECORD. The wheel and its
+manifest `<wheel>.json` reach dist/ together: the new dist/ is assembled beside the old
+one and the two are swapped with one atomic renameat2(RENAME_EXCHANGE).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from ndvstack import lint, shims
+from ndvstack.atomic import build_dir, exchange
+from ndvstack.basetree import require_base_torch
+from ndvstack.errors import BadInput, WorkFailed
+from ndvstack.layers import DEFAULT_OVERLAY_SRC, lay_into, make_plan, manifest, patched_files
+from ndvstack.overlay import default_cache, stack_label
+from ndvstack.stack import REPO_ROOT, Base, Stack
+
+DEFAULT_DIST = REPO_ROOT / "dist"
+
+
+def _sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def release_wheel(base: Base, cache: Path, given: Path | None, progress) -> Path:
+    """The base's release wheel, verified against base.toml's sha256."""
+    if given is None:
+        folder = cache / "wheels"
+        given = folder / base.wheel
+        if not given.is_file():
+            progress(f"wheel: fetching {base.wheel} with pip ...")
+            result = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                                     "--only-binary=:all:", "--dest", str(folder),
+                                     f"torch=={base.wheel_version}"], capture_output=True, text=True)
+            if result.returncode != 0 or not given.is_file():
+                raise WorkFailed(f"pip could not fetch {base.wheel}: "
+                                 f"{(result.stderr.strip().splitlines() or ['no such file'])[-1]}")
+    if not given.is_file():
+        raise BadInput(f"{given}: no such release wheel")
+    if given.name != base.wheel:
+        raise BadInput(f"{given}: not the base's release wheel {base.wheel}")
+    actual = _sha256_file(given)
+    if actual != base.wheel_sha256:
+        raise BadInput(f"{given}: truncated or corrupted (sha256 {actual[:16]}..., "
+                       f"base.toml pins {base.wheel_sha256[:16]}...)")
+    return given
+
+
+def _publish(files: list[Path], dist: Path, tmp: Path) -> None:
+    """dist/ becomes its old content less any torch wheel, plus FILES, in one step."""
+    new = tmp / "dist"
+    new.mkdir()
+    if dist.is_dir():
+        for item in dist.iterdir():
+            if not (item.name.startswith("torch-") and item.name.endswith((".whl", ".whl.json"))):
+                (os.link if item.is_file() else shutil.copytree)(item, new / item.name)
+    for path in files:
+        os.rename(path, new / path.name)
+    if dist.is_dir():
+        exchange(new, dist)  # the old dist/ is now at NEW, removed with TMP
+    else:
+        os.rename(new, dist)
+
+
+def _run_wheel(*args: str) -> None:
+    # A fixed zip timestamp (unless the caller chose one): the same stack gives the same bytes.
+    env = {"SOURCE_DATE_EPOCH": "315532800", **os.environ}
+    result = subprocess.run([sys.executable, "-m", "wheel", *args], capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        raise WorkFailed(f"wheel {args[0]} failed: {(result.stderr or result.stdout).strip()[-300:]}")
+
+
+def main(stack: Stack, dist: Path = DEFAULT_DIST, given_wheel: Path | None = None,
+         overlay_src: Path = DEFAULT_OVERLAY_SRC, cache: Path | None = None,
+         allow_unshimmed: bool = False, progress=lambda msg: print(msg, file=sys.stderr)) -> Path:
+    """Builds the patched wheel into DIST; returns its path."""
+    start = time.monotonic()
+    cache = cache or default_cache()
+    lint.check(stack)
+    base = stack.base
+    torch = require_base_torch(base)  # the shims are compiled against it
+    source = release_wheel(base, cache, given_wheel, progress)
+    plan = make_plan(stack.patches(), shims.load_shims(overlay_src), allow_unshimmed)
+    toolchain = shims.Toolchain.detect() if plan.shims else None
+    libraries = {shim.name: shims.build(shim, toolchain, cache, progress) for shim in plan.shims}
+    label = stack_label(stack, base.wheel_version)
+    version = f"{base.wheel_version.split('+')[0]}+{label}"
+
+    tmp = build_dir(dist.parent, "ndv-wheel")
+    try:
+        progress(f"wheel: unpacking {source.name} ...")
+        _run_wheel("unpack", "--dest", str(tmp / "unpacked"), str(source))
+        [root] = (tmp / "unpacked").iterdir()
+        patched = patched_files(plan, root)
+        data = manifest(plan, base, "overlay", label, toolchain,
+                        {"release_wheel": source.name, "release_wheel_sha256": base.wheel_sha256})
+        lay_into(root, patched, libraries, overlay_src / "loader", data, version=version)
+        progress(f"wheel: packing {version} ...")
+        (tmp / "out").mkdir()
+        _run_wheel("pack", "--local-version", label, "--dest-dir", str(tmp / "out"), str(root))
+        [built] = (tmp / "out").iterdir()
+        data["wheel"] = {"file": built.name, "sha256": _sha256_file(built)}
+        manifest_file = tmp / "out" / f"{built.name}.json"
+        manifest_file.write_text(json.dumps(data, indent=2) + "\n")
+        progress(f"wheel: publishing into {dist} ...")
+        _publish([built, manifest_file], dist, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    progress(f"wheel: {dist / built.name} ({time.monotonic() - start:.0f}s)")
+    return dist / built.name

@@ -1,0 +1,170 @@
+"""The patched wheel (build.sh), with the test-double stack: its name, manifest and
+RECORD, a fresh venv that installs it, and the refusals that leave dist/ as it was."""
+
+import base64
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from fake_pytorch import environment_for_git
+from fake_stack import MARKER, double_stack, quiet, stack_data
+from ndvstack import wheel
+from ndvstack.errors import BadInput
+from ndvstack.stack import DEFAULT_PATCHES, Stack
+
+ROOT = Path(__file__).resolve().parents[1]
+BASE = Stack(DEFAULT_PATCHES).base
+SHIM_CHECK = ("import torch, torch.autograd.function as f\n"
+              "class F(torch.autograd.Function):\n"
+              "    @staticmethod\n"
+              "    def forward(ctx, x): return x * 2\n"
+              "    @staticmethod\n"
+              "    def backward(ctx, g): return g * 2\n"
+              "F.apply(torch.ones(2, requires_grad=True))\n"
+              "print(torch.__version__, getattr(f, '_NDV_TEST_DOUBLE', 'stock'), "
+              "torch._ndv_overlay.calls('counting') if hasattr(torch, '_ndv_overlay') else 'no shim')\n")
+
+
+def dist_state(dist: Path) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(dist.iterdir())}
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("wheel")
+    with pytest.MonkeyPatch.context() as mp:
+        for key, value in environment_for_git(tmp).items():
+            mp.setenv(key, value)
+        stack, src, _ = double_stack(tmp)
+    dist = tmp / "dist"
+    dist.mkdir()
+    (dist / "notes.txt").write_text("the user's own file\n")
+    (dist / "torch-2.13.0+cpu.ndv9.00000000-cp311-cp311-manylinux_2_28_x86_64.whl").write_text("older")
+    path = wheel.main(stack, dist, overlay_src=src, cache=tmp / "cache", progress=quiet)
+    return stack, src, tmp, path
+
+
+def test_exactly_one_wheel_with_the_release_tags_and_a_label_naming_the_stack(built):
+    stack, _, tmp, path = built
+    digest = hashlib.sha256(b"".join((stack.dir / n).read_bytes() for n in stack.series())).hexdigest()
+    assert path.name == f"torch-2.13.0+cpu.ndv2.{digest[:8]}-cp311-cp311-manylinux_2_28_x86_64.whl"
+    assert sorted(p.name for p in path.parent.iterdir()) == sorted(
+        ["notes.txt", path.name, f"{path.name}.json"])
+
+
+def test_the_manifest_lists_base_patches_files_skips_and_shim_flags(built):
+    stack, _, _, path = built
+    data = json.loads(Path(f"{path}.json").read_text())
+    assert data["built_from"] == "overlay"
+    assert data["base"]["commit"] == BASE.commit and data["base"]["wheel"] == BASE.wheel
+    assert [(p["name"], p["sha256"]) for p in data["patches"]] == [
+        (n, hashlib.sha256((stack.dir / n).read_bytes()).hexdigest()) for n in stack.series()]
+    assert list(data["overlaid"]) == ["torch/autograd/function.py"]
+    assert [s["path"] for s in data["skipped"]] == ["docs/source/notes/ndv_double.rst",
+                                                    "test/autograd/test_ndv_double.py",
+                                                    "torch/csrc/autograd/ndv_test_double.cpp"]
+    assert data["shim_build"]["cflags"][:3] == ["-O2", "-std=c++20", "-fPIC"]
+    assert data["wheel"] == {"file": path.name, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+    assert data["origin"]["release_wheel_sha256"] == BASE.wheel_sha256
+
+
+def test_the_record_is_regenerated_and_holds_the_overlay(built, tmp_path):
+    path = built[3]
+    with zipfile.ZipFile(path) as whl:
+        names = whl.namelist()
+        info = next(n for n in names if n.endswith(".dist-info/RECORD"))
+        record = whl.read(info).decode()
+        metadata = whl.read(info.replace("RECORD", "METADATA")).decode()
+        function_py = whl.read("torch/autograd/function.py")
+    assert info.startswith("torch-2.13.0+cpu.ndv2.")
+    version = info.split("/")[0].removeprefix("torch-").removesuffix(".dist-info")
+    assert f"\nVersion: {version}\n" in metadata and version == path.name.split("-")[1]
+    for member in ("torch/_ndv_overlay/__init__.py", "torch/_ndv_overlay/counting.so",
+                   "torch/_ndv_overlay/manifest.json"):
+        assert member in names and f"\n{member}," in f"\n{record}"
+    digest = hashlib.sha256(function_py).digest()
+    assert f"torch/autograd/function.py,sha256={base64.urlsafe_b64encode(digest).rstrip(b'=').decode()}," in record
+    # `wheel unpack` verifies every RECORD hash.
+    subprocess.run([sys.executable, "-m", "wheel", "unpack", "-d", str(tmp_path), str(path)], check=True,
+                   capture_output=True)
+
+
+def test_a_fresh_venv_gets_the_whole_stack_and_a_reinstall_restores_stock(built):
+    _, _, tmp, path = built
+    venv = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = str(venv / "bin" / "python")
+    pip = [python, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    subprocess.run([*pip, "install", str(path)], check=True)
+    assert subprocess.run([*pip, "check"], capture_output=True, text=True).returncode == 0
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "NDV_", "LD_"))}
+    out = subprocess.run([python, "-c", SHIM_CHECK], capture_output=True, text=True, env=env, cwd=tmp)
+    version = path.name.split("-")[1]
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == [version, *MARKER.split('"')[1].split(), "1"]
+    subprocess.run([*pip, "uninstall", "-y", "torch"], check=True)
+    subprocess.run([*pip, "install", "torch==2.13.0"], check=True)
+    out = subprocess.run([python, "-c", SHIM_CHECK], capture_output=True, text=True, env=env, cwd=tmp)
+    assert out.stdout.split() == ["2.13.0+cpu", "stock", "no", "shim"]
+
+
+def test_a_truncated_release_wheel_is_refused_and_dist_is_unchanged(built, tmp_path):
+    stack, src, tmp, path = built
+    truncated = tmp_path / BASE.wheel
+    with open(tmp / "cache" / "wheels" / BASE.wheel, "rb") as whole:
+        truncated.write_bytes(whole.read(1 << 20))
+    before = dist_state(path.parent)
+    with pytest.raises(BadInput, match=rf"{re.escape(BASE.wheel)}: truncated or corrupted \(sha256 "):
+        wheel.main(stack, path.parent, given_wheel=truncated, overlay_src=src, cache=tmp / "cache",
+                   progress=quiet)
+    renamed = tmp_path / "torch-other.whl"
+    truncated.rename(renamed)
+    with pytest.raises(BadInput, match=f"not the base's release wheel {re.escape(BASE.wheel)}"):
+        wheel.main(stack, path.parent, given_wheel=renamed, overlay_src=src, cache=tmp / "cache",
+                   progress=quiet)
+    assert dist_state(path.parent) == before
+
+
+def test_wrong_torch_and_no_compiler_are_refused_and_dist_is_unchanged(built, tmp_path, monkeypatch):
+    stack, src, tmp, path = built
+    before = dist_state(path.parent)
+    other = stack_data(tmp_path / "patches")
+    (other.dir / "base.toml").write_text((other.dir / "base.toml").read_text().replace(BASE.commit, "3" * 40))
+    with pytest.raises(BadInput, match=f"not the base {'3' * 40}"):
+        wheel.main(other, path.parent, overlay_src=src, cache=tmp / "cache", progress=quiet)
+    monkeypatch.setenv("CXX", "/nonexistent/g++")
+    with pytest.raises(BadInput, match=r"no C\+\+ compiler"):
+        wheel.main(stack, path.parent, overlay_src=src, cache=tmp_path / "cold-cache", progress=quiet)
+    assert dist_state(path.parent) == before
+
+
+@pytest.mark.parametrize("stage", ["wheel: unpacking", "wheel: packing", "wheel: publishing"])
+def test_sigkill_at_any_stage_leaves_dist_as_it_was(built, stage):
+    stack, src, tmp, path = built
+    before = dist_state(path.parent)
+    command = [str(ROOT / "scripts" / "stack.sh"), "--patches", str(stack.dir), "--overlay-src", str(src),
+               "wheel", "--dist", str(path.parent)]
+    env = {**os.environ, "NDV_CACHE": str(tmp / "cache")}
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
+    for line in process.stderr:
+        if line.startswith(stage):
+            process.send_signal(signal.SIGKILL)
+            break
+    assert process.wait() == -signal.SIGKILL
+    # Unchanged, or (killed after the swap) the same reproducible wheel: never a mix.
+    assert dist_state(path.parent) == before
+
+
+def test_the_wheel_is_reproducible(built, tmp_path):
+    stack, src, tmp, path = built
+    again = wheel.main(stack, tmp_path / "dist", overlay_src=src, cache=tmp / "cache", progress=quiet)
+    assert again.read_bytes() == path.read_bytes()
