@@ -22,6 +22,21 @@ WRAP_OUTPUTS = ("_ZN5torch8autograd13_wrap_outputsERKSt6vectorIN2at6TensorESaIS3
                 "J_RKSW_IFS3_S3_EEb")
 PYTHON_FILE = "torch/autograd/function.py"
 MARKER = '_NDV_TEST_DOUBLE = "the python hunk is in effect"\n'
+# The double's own "upstream test file": one test the stack fixes, one it leaves alone.
+TEST_FILE = "test/autograd/test_ndv_double.py"
+TEST_TEXT = """\
+import unittest
+
+import torch.autograd.function as function
+
+
+class TestNdvDouble(unittest.TestCase):
+    def test_python_hunk_in_effect(self):
+        self.assertTrue(hasattr(function, "_NDV_TEST_DOUBLE"))
+
+    def test_unaffected(self):
+        self.assertEqual(1 + 1, 2)
+"""
 
 
 def quiet(_):
@@ -55,7 +70,7 @@ def overlay_src(target: Path, shimmed_patch: str | None) -> Path:
     return target
 
 
-def double_stack(tmp: Path) -> tuple[Stack, Path, FakePytorch]:
+def double_stack(tmp: Path, test_text: str = TEST_TEXT) -> tuple[Stack, Path, FakePytorch]:
     """(stack, overlay source, partial tree) of the test double."""
     tree = make_partial_tree(tmp / "tree")
     tree.git.run("checkout", "--quiet", "-b", "ndv/stack")
@@ -64,7 +79,7 @@ def double_stack(tmp: Path) -> tuple[Stack, Path, FakePytorch]:
                 {PYTHON_FILE: text + "\n" + MARKER}, date="2026-06-01T00:00:00+00:00")
     tree.commit("[autograd] Test double: C++ with a shim\n\nA C++ file, its test and docs.\n",
                 {"torch/csrc/autograd/ndv_test_double.cpp": "// test double\n",
-                 "test/autograd/test_ndv_double.py": "# test double\n",
+                 TEST_FILE: test_text,
                  "docs/source/notes/ndv_double.rst": "Test double\n"},
                 date="2026-06-02T00:00:00+00:00")
     stack = stack_data(tmp / "patches")

@@ -7,7 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
-from ndvstack import apply, basetree, export, lint, overlay, run, status, wheel
+from ndvstack import apply, basetree, export, lint, overlay, run, status, upstream_tests, wheel
 from ndvstack.checkout import DEFAULT_BRANCH
 from ndvstack.errors import StackError
 from ndvstack.git import GitError
@@ -70,6 +70,12 @@ def _parser() -> argparse.ArgumentParser:
                    help="overlay a C++ patch that has no shim (its C++ is then NOT in effect)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
 
+    p = verbs.add_parser("test", help="the stack's own upstream test files, stock vs the stack",
+                         description="Run the test files the stack adds (new files under test/, taken "
+                                     "from the patches) with pytest on stock torch and with the overlay, "
+                                     "and report per test id; exit 1 if any fails with the stack.")
+    p.add_argument("--junit-dir", type=Path, help="write stock.xml and stack.xml here")
+
     p = verbs.add_parser("wheel", help="the patched wheel in dist/, from the release wheel",
                          description="Make dist/torch-<release>+<label>-<tags>.whl: the base's release "
                                      "wheel with the stack laid in (patched Python files, compiled "
@@ -101,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
             basetree.main(stack, args.out)
         elif args.verb == "overlay":
             overlay.main(stack, sys.stdout, args.overlay_src, args.allow_unshimmed)
+        elif args.verb == "test":
+            upstream_tests.main(stack, sys.stdout, args.junit_dir, overlay_src=args.overlay_src)
         elif args.verb == "wheel":
             wheel.main(stack, args.dist, args.release_wheel, args.overlay_src,
                        allow_unshimmed=args.allow_unshimmed)
