@@ -28,7 +28,7 @@ FORMAT_PATCH_OPTIONS = (
     "--zero-commit", "--full-index", "--no-signature", "--no-numbered", "--no-cover-letter",
     "--no-thread", "--no-to", "--no-cc", "--no-add-header", "--no-notes", "--no-renames",
     "--subject-prefix=PATCH", "--stat=80", "--stat-graph-width=20", "--encode-email-headers",
-    "--filename-max-length=64",
+    "--filename-max-length=100",
 )
 
 
