@@ -98,15 +98,19 @@ def test_the_record_is_regenerated_and_holds_the_overlay(built, tmp_path):
                    capture_output=True)
 
 
+def fresh_venv(folder: Path):
+    """A new venv: its python, its quiet pip, and an environment free of our overlay."""
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+    python = str(folder / "bin" / "python")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "NDV_", "LD_"))}
+    return python, [python, "-m", "pip", "--disable-pip-version-check", "--quiet"], env
+
+
 def test_a_fresh_venv_gets_the_whole_stack_and_a_reinstall_restores_stock(built):
     _, _, tmp, path = built
-    venv = tmp / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = str(venv / "bin" / "python")
-    pip = [python, "-m", "pip", "--disable-pip-version-check", "--quiet"]
+    python, pip, env = fresh_venv(tmp / "venv")
     subprocess.run([*pip, "install", str(path)], check=True)
     assert subprocess.run([*pip, "check"], capture_output=True, text=True).returncode == 0
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "NDV_", "LD_"))}
     out = subprocess.run([python, "-c", SHIM_CHECK], capture_output=True, text=True, env=env, cwd=tmp)
     version = path.name.split("-")[1]
     assert out.returncode == 0, out.stderr
@@ -115,6 +119,34 @@ def test_a_fresh_venv_gets_the_whole_stack_and_a_reinstall_restores_stock(built)
     subprocess.run([*pip, "install", "torch==2.13.0"], check=True)
     out = subprocess.run([python, "-c", SHIM_CHECK], capture_output=True, text=True, env=env, cwd=tmp)
     assert out.stdout.split() == ["2.13.0+cpu", "stock", "no", "shim"]
+
+
+EAGER_BUG = ("import torch\n"
+             "class F(torch.autograd.Function):\n"
+             "    @staticmethod\n"
+             "    def forward(ctx, x):\n"
+             "        y = x * 2\n"
+             "        v = y.view(-1)\n"
+             "        ctx.mark_non_differentiable(v)\n"
+             "        return y, v\n"
+             "    @staticmethod\n"
+             "    def backward(ctx, gy, gv):\n"
+             "        return gy * 2\n"
+             "y, v = F.apply(torch.randn(2, 3, requires_grad=True))\n"
+             "print(torch.__version__, v.requires_grad)\n")
+
+
+def test_the_real_stacks_wheel_fixes_the_eager_bug_in_a_fresh_venv(tmp_path):
+    path = wheel.main(Stack(DEFAULT_PATCHES), tmp_path / "dist", progress=quiet)
+    data = json.loads(Path(f"{path}.json").read_text())
+    assert [s["name"] for s in data["shims"]] == ["mark_non_differentiable_views"]
+    python, pip, env = fresh_venv(tmp_path / "venv")
+    subprocess.run([*pip, "install", str(path)], check=True)
+    fixed = subprocess.run([python, "-c", EAGER_BUG], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert fixed.stdout.split() == [path.name.split("-")[1], "False"], fixed.stderr
+    subprocess.run([*pip, "install", "--force-reinstall", "--no-deps", "torch==2.13.0"], check=True)
+    stock = subprocess.run([python, "-c", EAGER_BUG], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert stock.stdout.split() == ["2.13.0+cpu", "True"], stock.stderr
 
 
 def test_a_truncated_release_wheel_is_refused_and_dist_is_unchanged(built, tmp_path):

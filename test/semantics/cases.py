@@ -15,7 +15,8 @@ Each Case has:
              outputs); checked by the eager_abs mode
   issue_by_mode  optional {mode base name: "issue-N"} overriding the
              layer-based attribution in scoreboard.owner_for
-  skip_modes modes not run for this case (only for bugs outside this family)
+  skip_modes modes not run for this case (bugs outside this family, or a case
+             that only eager can run, such as a C++ extension's Function)
 """
 
 from dataclasses import dataclass
@@ -352,6 +353,13 @@ def fn_nondiff_view_before_base(x):
 
 @case(M23, owner="issue-4", marked=(1,))
 def fn_nondiff_view_of_input(x):
+    return NondiffViewOfInput.apply(x)
+
+
+# The Function called under no_grad: eager (with the eager half of the stack)
+# detaches the marked view; compiled keeps it a requires-grad no_grad view.
+@case(M23, grad_mode="no_grad", owner="issue-7", marked=(1,))
+def fn_nondiff_view_of_input_called_under_no_grad(x):
     return NondiffViewOfInput.apply(x)
 
 
@@ -872,3 +880,51 @@ def inplace_on_leaf_raises(x):
     # eager raises (in-place on a leaf that requires grad): compiled must too
     x.add_(1)
     return (x * 2,)
+
+
+# ---------------------------------------------------------------------------
+# A C++ custom Function (torch::autograd::Function<T>), built as a torch C++
+# extension on first use: the eager fix must hold for it too. Only eager can run it.
+# ---------------------------------------------------------------------------
+
+_CPP_FUNCTION = r"""
+#include <torch/extension.h>
+
+struct MarkViewNonDifferentiable
+    : public torch::autograd::Function<MarkViewNonDifferentiable> {
+  static torch::autograd::variable_list forward(
+      torch::autograd::AutogradContext* ctx, torch::Tensor x) {
+    auto y = x * 2;
+    auto v = y.view({-1});
+    ctx->mark_non_differentiable({v});
+    return {y, v};
+  }
+  static torch::autograd::variable_list backward(
+      torch::autograd::AutogradContext*, torch::autograd::variable_list grads) {
+    return {grads[0] * 2};
+  }
+};
+
+std::vector<torch::Tensor> mark_view_non_differentiable(torch::Tensor x) {
+  return MarkViewNonDifferentiable::apply(x);
+}
+"""
+_cpp_module = None
+
+
+def _cpp_function(x):
+    global _cpp_module
+    if _cpp_module is None:
+        from torch.utils.cpp_extension import load_inline
+
+        # The extension cache is shared: stock and patched torch are the same ABI,
+        # and the fix is in libtorch's _wrap_outputs, not in the extension.
+        _cpp_module = load_inline("ndv_scoreboard_cpp_function", cpp_sources=_CPP_FUNCTION,
+                                  functions=["mark_view_non_differentiable"])
+    return tuple(_cpp_module.mark_view_non_differentiable(x))
+
+
+@case(M23, owner="issue-4", marked=(1,), skip_modes=tuple(
+    m for base in ("aot_function", "compile_eager", "aot_eager", "inductor") for m in (base, base + "_dyn")))
+def cpp_fn_nondiff_view_of_out(x):
+    return _cpp_function(x)
