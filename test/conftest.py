@@ -6,6 +6,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from fake_pytorch import environment_for_git, fake_pytorch_tree  # noqa: E402
+from fake_stack import double_stack  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -19,3 +20,14 @@ def git_identity(tmp_path_factory, monkeypatch):
 @pytest.fixture
 def fake_pytorch(tmp_path):
     return fake_pytorch_tree(tmp_path / "pytorch")
+
+
+@pytest.fixture(scope="module")
+def double(tmp_path_factory):
+    """The test-double stack, once per module: (stack, overlay source, partial tree, folder)."""
+    tmp = tmp_path_factory.mktemp("double")
+    with pytest.MonkeyPatch.context() as mp:  # the autouse identity is per test; this is per module
+        for key, value in environment_for_git(tmp).items():
+            mp.setenv(key, value)
+        stack, src, tree = double_stack(tmp)
+    return stack, src, tree, tmp

@@ -39,6 +39,21 @@ class TestNdvDouble(unittest.TestCase):
 """
 
 
+# Run in a torch with the double laid in, prints: version, the marker (or "stock"), and
+# how often the counting shim was called by one Function.apply (or "no shim").
+CHECK_SCRIPT = """\
+import torch, torch.autograd.function as f
+class F(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x): return x * 2
+    @staticmethod
+    def backward(ctx, g): return g * 2
+F.apply(torch.ones(2, requires_grad=True))
+print(torch.__version__, getattr(f, "_NDV_TEST_DOUBLE", "stock").replace(" ", "_"),
+      torch._ndv_overlay.calls("counting") if hasattr(torch, "_ndv_overlay") else "no_shim")
+"""
+
+
 def quiet(_):
     pass
 
@@ -61,7 +76,8 @@ def overlay_src(target: Path, shimmed_patch: str | None) -> Path:
     (target / "native").mkdir(parents=True)
     shutil.copytree(DEFAULT_OVERLAY_SRC / "loader", target / "loader",
                     ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(DEFAULT_OVERLAY_SRC / "native" / "ndv_shim_support.h", target / "native")
+    for header in (DEFAULT_OVERLAY_SRC / "native").glob("*.h"):
+        shutil.copy(header, target / "native")
     shutil.copy(DOUBLES / "counting_shim.cpp", target / "native")
     entry = (f'[[shim]]\npatch = "{shimmed_patch}"\nname = "counting"\n'
              f'source = "native/counting_shim.cpp"\nsymbols = ["{WRAP_OUTPUTS}"]\n'

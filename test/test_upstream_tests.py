@@ -8,20 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from fake_pytorch import environment_for_git
 from fake_stack import TEST_FILE, TEST_TEXT, double_stack, quiet, stack_data
 from ndvstack import export, upstream_tests
 from ndvstack.errors import BadInput, WorkFailed
-
-
-@pytest.fixture(scope="module")
-def double(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("double")
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in environment_for_git(tmp).items():
-            mp.setenv(key, value)
-        stack, src, tree = double_stack(tmp)
-    return stack, src, tree, tmp
 
 
 def test_the_new_test_files_run_a_b_and_the_report_says_what_the_stack_fixes(double, tmp_path):

@@ -15,36 +15,20 @@ from pathlib import Path
 
 import pytest
 
-from fake_pytorch import environment_for_git
-from fake_stack import MARKER, double_stack, quiet, stack_data
+from fake_stack import CHECK_SCRIPT, quiet, stack_data
 from ndvstack import wheel
 from ndvstack.errors import BadInput
 from ndvstack.stack import DEFAULT_PATCHES, Stack
 
 ROOT = Path(__file__).resolve().parents[1]
 BASE = Stack(DEFAULT_PATCHES).base
-SHIM_CHECK = ("import torch, torch.autograd.function as f\n"
-              "class F(torch.autograd.Function):\n"
-              "    @staticmethod\n"
-              "    def forward(ctx, x): return x * 2\n"
-              "    @staticmethod\n"
-              "    def backward(ctx, g): return g * 2\n"
-              "F.apply(torch.ones(2, requires_grad=True))\n"
-              "print(torch.__version__, getattr(f, '_NDV_TEST_DOUBLE', 'stock'), "
-              "torch._ndv_overlay.calls('counting') if hasattr(torch, '_ndv_overlay') else 'no shim')\n")
-
-
 def dist_state(dist: Path) -> dict:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(dist.iterdir())}
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("wheel")
-    with pytest.MonkeyPatch.context() as mp:
-        for key, value in environment_for_git(tmp).items():
-            mp.setenv(key, value)
-        stack, src, _ = double_stack(tmp)
+def built(double):
+    stack, src, _, tmp = double
     dist = tmp / "dist"
     dist.mkdir()
     (dist / "notes.txt").write_text("the user's own file\n")
@@ -111,14 +95,14 @@ def test_a_fresh_venv_gets_the_whole_stack_and_a_reinstall_restores_stock(built)
     python, pip, env = fresh_venv(tmp / "venv")
     subprocess.run([*pip, "install", str(path)], check=True)
     assert subprocess.run([*pip, "check"], capture_output=True, text=True).returncode == 0
-    out = subprocess.run([python, "-c", SHIM_CHECK], capture_output=True, text=True, env=env, cwd=tmp)
+    out = subprocess.run([python, "-c", CHECK_SCRIPT], capture_output=True, text=True, env=env, cwd=tmp)
     version = path.name.split("-")[1]
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == [version, *MARKER.split('"')[1].split(), "1"]
+    assert out.stdout.split() == [version, "the_python_hunk_is_in_effect", "1"]
     subprocess.run([*pip, "uninstall", "-y", "torch"], check=True)
     subprocess.run([*pip, "install", "torch==2.13.0"], check=True)
-    out = subprocess.run([python, "-c", SHIM_CHECK], capture_output=True, text=True, env=env, cwd=tmp)
-    assert out.stdout.split() == ["2.13.0+cpu", "stock", "no", "shim"]
+    out = subprocess.run([python, "-c", CHECK_SCRIPT], capture_output=True, text=True, env=env, cwd=tmp)
+    assert out.stdout.split() == ["2.13.0+cpu", "stock", "no_shim"]
 
 
 EAGER_BUG = ("import torch\n"

@@ -20,46 +20,16 @@
 // still requires grad (or carries a forward-mode tangent through its base).
 // Unmarked views are never touched, so an unmarked view returned under no_grad
 // keeps requiring grad as today.
-#include <torch/csrc/autograd/custom_function.h>
-
 #include <atomic>
 
 #include "ndv_shim_support.h"
+#include "wrap_outputs.h"
 
 namespace {
-using torch::autograd::_jvp_fn_t;
-using torch::autograd::_view_as_self_fn_t;
-using torch::autograd::Node;
-using torch::autograd::optional_variable_list;
-using torch::autograd::Variable;
-using torch::autograd::variable_list;
-using ImplSet = std::unordered_set<at::TensorImpl*>;
-
-using wrap_outputs_fn = optional_variable_list (*)(
-    const variable_list&,
-    const ImplSet&,
-    const ImplSet&,
-    at::ArrayRef<std::optional<Variable>>,
-    const c10::intrusive_ptr<Node>&,
-    const _jvp_fn_t&,
-    const ImplSet&,
-    const _view_as_self_fn_t&,
-    bool);
-
-// Itanium-mangled name of torch::autograd::_wrap_outputs in torch 2.13.0.
-const char* const kWrapOutputs =
-    "_ZN5torch8autograd13_wrap_outputsERKSt6vectorIN2at6TensorESaIS3_EERKSt13"
-    "unordered_setIPN3c1010TensorImplESt4hashISB_ESt8equal_toISB_ESaISB_EESJ_"
-    "NS9_8ArrayRefISt8optionalIS3_EEERKNS9_13intrusive_ptrINS0_4NodeENS9_6deta"
-    "il34intrusive_target_default_null_typeISP_EEEERKSt8functionIFS5_S5_S5_EES"
-    "J_RKSW_IFS3_S3_EEb";
-
 std::atomic<long> g_calls{0};
 
-wrap_outputs_fn original() {
-  static wrap_outputs_fn fn = [] {
-    return reinterpret_cast<wrap_outputs_fn>(ndv::original(kWrapOutputs));
-  }();
+ndv::wrap_outputs_fn original() {
+  static auto fn = reinterpret_cast<ndv::wrap_outputs_fn>(ndv::original(ndv::kWrapOutputs));
   return fn;
 }
 } // namespace
