@@ -118,8 +118,9 @@ def stack_from_commits(fake: FakePytorch, patches: Path, head: str = "HEAD") -> 
     return names
 
 
-def five_patch_stack(fake: FakePytorch, branch: str = "work") -> None:
-    """Five commits on BRANCH in the fake tree, each a concern of its own, like the real stack."""
+def five_patch_stack(fake: FakePytorch, branch: str = "work", trailers: bool = True) -> None:
+    """Five commits on BRANCH in the fake tree, each a concern of its own, like the real stack;
+    the third has ghstack's trailers unless not TRAILERS (a stack never submitted)."""
     fake.git.run("checkout", "--quiet", "-b", branch, fake.base)
     cpp = "torch/csrc/autograd/custom_function.cpp"
     fake.commit("[autograd] Detach marked view outputs\n\nThe mark was ignored for views.\n",
@@ -132,8 +133,9 @@ def five_patch_stack(fake: FakePytorch, branch: str = "work") -> None:
                  "docs/source/notes/extending.rst": fake.edit("docs/source/notes/extending.rst",
                                                               "line 30\n", "line 30, views too\n")},
                 date="2026-02-02T10:00:00-05:00")
-    fake.commit("[aotautograd] Regenerate no_grad views\n\nMatch eager.\n\n"
-                "ghstack-source-id: 0123456789abcdef\nPull-Request: https://github.com/pytorch/pytorch/pull/1\n",
+    fake.commit("[aotautograd] Regenerate no_grad views\n\nMatch eager.\n" + (
+                "\nghstack-source-id: 0123456789abcdef\nPull-Request: https://github.com/pytorch/pytorch/pull/1\n"
+                if trailers else ""),
                 {"torch/_functorch/_aot_autograd/runtime_wrappers.py":
                  fake.edit("torch/_functorch/_aot_autograd/runtime_wrappers.py", "line 20\n",
                            "line 20\n# regenerate\n")}, date="2026-02-03T10:00:00+00:00")

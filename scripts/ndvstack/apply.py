@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from ndvstack import lint
-from ndvstack.checkout import (DEFAULT_BRANCH, open_checkout, require_base, require_branch_name,
+from ndvstack.repo import (DEFAULT_BRANCH, open_checkout, require_base, require_branch_name,
                                require_clean, require_commit)
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.git import Git
@@ -44,6 +44,27 @@ def _apply_in(worktree: Git, patches: list[Patch], rev: str, progress) -> str:
     return worktree.out("rev-parse", "HEAD")
 
 
+def apply_detached(git: Git, patches: list[Patch], sha: str, progress) -> str:
+    """Applies PATCHES on SHA in a throw-away worktree of GIT's repository; returns the new
+    head. Neither the checkout nor any branch changes; on a conflict, WorkFailed."""
+    # Inside the git dir: same filesystem as the checkout, and never in the user's work tree.
+    tmp = Path(tempfile.mkdtemp(prefix="ndv-apply-", dir=git.out("rev-parse", "--absolute-git-dir")))
+    worktree_dir = tmp / "worktree"
+    try:
+        progress(f"checking out {sha[:12]} in a throw-away worktree")
+        git.run("worktree", "add", "--detach", "--quiet", str(worktree_dir), sha)
+        return _apply_in(Git(worktree_dir), patches, sha, progress)
+    finally:
+        git.run("worktree", "remove", "--force", str(worktree_dir), check=False)
+        git.run("worktree", "prune", check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def require_identity(git: Git) -> None:
+    if not git.ok("var", "GIT_COMMITTER_IDENT"):
+        raise BadInput(f"{git.cwd}: git has no committer identity; set user.name and user.email")
+
+
 def main(stack: Stack, pytorch: Path, onto: str | None = None, branch: str = DEFAULT_BRANCH,
          progress=lambda msg: print(msg, file=sys.stderr)) -> str:
     """Returns the sha of the new branch's head."""
@@ -53,24 +74,11 @@ def main(stack: Stack, pytorch: Path, onto: str | None = None, branch: str = DEF
     base = stack.base
     sha = require_commit(git, onto, "the revision") if onto else require_base(git, base)
     require_branch_name(git, branch)
-    if not git.ok("var", "GIT_COMMITTER_IDENT"):
-        raise BadInput(f"{git.cwd}: git has no committer identity; set user.name and user.email")
+    require_identity(git)
     if git.commit_of(f"refs/heads/{branch}"):
         raise BadInput(f"{git.cwd}: branch {branch} already exists; delete it or pass --branch NAME")
     patches = stack.patches()
-
-    # Inside the git dir: same filesystem as the checkout, and never in the user's work tree.
-    tmp = Path(tempfile.mkdtemp(prefix="ndv-apply-", dir=git.out("rev-parse", "--absolute-git-dir")))
-    worktree_dir = tmp / "worktree"
-    try:
-        progress(f"checking out {sha[:12]} in a throw-away worktree")
-        git.run("worktree", "add", "--detach", "--quiet", str(worktree_dir), sha)
-        head = _apply_in(Git(worktree_dir), patches, sha, progress)
-    finally:
-        git.run("worktree", "remove", "--force", str(worktree_dir), check=False)
-        git.run("worktree", "prune", check=False)
-        shutil.rmtree(tmp, ignore_errors=True)
-
+    head = apply_detached(git, patches, sha, progress)
     git.run("branch", branch, head)
     git.run("checkout", "--quiet", branch)
     progress(f"{branch}: {len(patches)} patches on {sha[:12]}, checked out in {git.cwd}")

@@ -14,7 +14,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ndvstack.checkout import PARTIAL_BASE_REF
+from ndvstack.repo import PARTIAL_BASE_REF
 from ndvstack.errors import BadInput
 from ndvstack.git import Git
 from ndvstack.installed import InstalledTorch, installed_torch

@@ -1,62 +1,108 @@
-"""Preconditions shared by the verbs that work on a pytorch git checkout."""
+"""checkout: a reviewer's copy of the stack.
+
+From patches/ (default): the stack applied at the base on a new branch of the checkout,
+or with --worktree in a new worktree beside it; then the commands to run next.
+From a pull request (--pr URL): `ghstack checkout` of it, then the PR's stack compared
+with patches/, patch by patch; exit 1 when they differ.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import sys
+import tempfile
 from pathlib import Path
 
-from ndvstack.errors import BadInput
-from ndvstack.git import Git
-from ndvstack.stack import Base
+from ndvstack import apply, lint
+from ndvstack.errors import BadInput, WorkFailed
+from ndvstack.export import format_patches
+from ndvstack.repo import DEFAULT_BRANCH, open_checkout, require_base, require_branch_name, require_clean
+from ndvstack.stack import Stack
+from ndvstack.submit import read_ghstack_config, transplant
 
-DEFAULT_BRANCH = "ndv/stack"
-# In a partial tree made by base-tree: the root commit that stands in for the upstream base.
-PARTIAL_BASE_REF = "refs/ndv/partial-base"
-
-# Files in the git dir that mean an operation is half done.
-_IN_PROGRESS = ("rebase-apply", "rebase-merge", "MERGE_HEAD", "CHERRY_PICK_HEAD", "REVERT_HEAD",
-                "BISECT_LOG")
-
-
-def open_checkout(path: Path | str) -> Git:
-    """A Git for the top of the checkout at PATH, or BadInput naming it."""
-    path = Path(path)
-    if not path.is_dir():
-        raise BadInput(f"{path}: no such directory (give --pytorch a pytorch git checkout)")
-    result = Git(path).run("rev-parse", "--show-toplevel", check=False)
-    if result.returncode != 0:
-        raise BadInput(f"{path}: not a git checkout (give --pytorch a pytorch git checkout)")
-    return Git(result.stdout.strip())
+NEXT_STEPS = """\
+next:
+  ./scripts/stack.sh run -- python {tree}/test/<a test file of the stack>   # with the stack overlaid
+  ./scripts/test.sh                                                     # its upstream tests, stock vs stack
+  ./scripts/build.sh                                                    # the patched wheel in dist/
+"""
 
 
-def require_clean(git: Git) -> None:
-    git_dir = Path(git.out("rev-parse", "--absolute-git-dir"))
-    for name in _IN_PROGRESS:
-        if (git_dir / name).exists():
-            raise BadInput(f"{git.cwd}: an operation is in progress ({name}); finish or abort it first")
-    dirty = git.out("status", "--porcelain", "--untracked-files=normal")
-    if dirty:
-        first = dirty.splitlines()[0].strip()
-        count = len(dirty.splitlines())
-        raise BadInput(f"{git.cwd}: the checkout is not clean ({count} changed or untracked paths, "
-                       f"first: {first}); commit or stash them first")
+def from_patches(stack: Stack, pytorch: Path, branch: str, worktree: Path | None, out, progress) -> None:
+    if worktree is None:
+        apply.main(stack, pytorch, branch=branch, progress=progress)
+        print(NEXT_STEPS.format(tree=pytorch), end="", file=out)
+        return
+    lint.check(stack)
+    git = open_checkout(pytorch)
+    require_branch_name(git, branch)
+    apply.require_identity(git)
+    if git.commit_of(f"refs/heads/{branch}"):
+        raise BadInput(f"{git.cwd}: branch {branch} already exists; delete it or pass --branch NAME")
+    if worktree.exists():
+        raise BadInput(f"{worktree}: already exists; give --worktree a new folder")
+    head = apply.apply_detached(git, stack.patches(), require_base(git, stack.base), progress)
+    git.run("worktree", "add", "--quiet", "-b", branch, str(worktree), head)
+    progress(f"{worktree}: worktree on {branch}, {len(stack.series())} patches on the base")
+    print(NEXT_STEPS.format(tree=worktree), end="", file=out)
 
 
-def require_commit(git: Git, rev: str, what: str) -> str:
-    sha = git.commit_of(rev)
-    if sha is None:
-        raise BadInput(f"{git.cwd}: lacks {what} {rev}; fetch it first (git fetch origin {rev})")
-    return sha
+def compare(stack: Stack, exported: Path, names: list[str], out) -> list[str]:
+    """Patch-by-patch comparison of EXPORTED (NAMES in order) with the stack; returns the
+    lines that report a difference."""
+    ours = stack.series()
+    differences = []
+    for number in range(max(len(ours), len(names))):
+        if number >= len(names):
+            differences.append(f"{ours[number]}: not in the pull request's stack")
+        elif number >= len(ours):
+            differences.append(f"{names[number]}: in the pull request's stack only")
+        else:
+            mine = (stack.dir / ours[number]).read_text().splitlines()
+            theirs = (exported / names[number]).read_text().splitlines()
+            if mine == theirs and ours[number] == names[number]:
+                print(f"same: {ours[number]}", file=out)
+                continue
+            line = next((i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b), min(len(mine), len(theirs)))
+            differences.append(f"{ours[number]}: differs from the PR's {names[number]} at line {line + 1}: "
+                               f"{(mine + [''])[line]!r} vs {(theirs + [''])[line]!r}")
+    for line in differences:
+        print(f"DIFFERS: {line}", file=out)
+    return differences
 
 
-def require_branch_name(git: Git, branch: str) -> None:
-    if not git.ok("check-ref-format", "--branch", branch):
-        raise BadInput(f"{branch!r} is not a valid branch name")
+def from_pull_request(stack: Stack, pytorch: Path, url: str, remote: str, github, sh, out, progress) -> None:
+    import ghstack.checkout
+    import ghstack.github_real
+    import ghstack.shell
+
+    git = open_checkout(pytorch)
+    require_clean(git)
+    base_sha = require_base(git, stack.base)
+    if github is None:
+        _, token = read_ghstack_config()
+        github = ghstack.github_real.RealGitHubEndpoint(oauth_token=token, proxy=None, github_url="github.com")
+    sh = sh or ghstack.shell.Shell(cwd=str(git.cwd))
+    asyncio.run(ghstack.checkout.main(pull_request=url, github=github, sh=sh, remote_name=remote))
+    head = git.out("rev-parse", "HEAD")
+    if not git.ok("merge-base", "--is-ancestor", base_sha, head):
+        raise WorkFailed(f"{url} is not on the base {base_sha[:12]}; compare by hand")
+    commits = git.out("rev-list", "--reverse", f"{base_sha}..{head}").split()
+    progress(f"checkout: {url}: {len(commits)} commits on the base, checked out in {git.cwd}")
+    # Normalised as submit writes patches/: messages as `git am` would keep them.
+    normalized = transplant(git, base_sha, commits, commits)
+    with tempfile.TemporaryDirectory(prefix="ndv-pr-") as tmp:
+        names = format_patches(git, base_sha, normalized, Path(tmp))
+        differences = compare(stack, Path(tmp), names, out)
+    if differences:
+        raise WorkFailed(f"the pull request's stack differs from {stack.dir} in {len(differences)} patches")
+    print(f"the pull request's stack is patches/ byte for byte ({len(names)} patches)", file=out)
 
 
-def require_base(git: Git, base: Base) -> str:
-    """The checkout's commit for BASE: the base itself or, in a partial tree, its stand-in."""
-    if git.run("config", "--get", "ndv.base", check=False).stdout.strip() == base.commit:
-        stand_in = git.commit_of(PARTIAL_BASE_REF)
-        if stand_in:
-            return stand_in
-    return require_commit(git, base.commit, f"the base commit (v{base.release})")
+def main(stack: Stack, pytorch: Path, pr: str | None = None, worktree: Path | None = None,
+         branch: str = DEFAULT_BRANCH, remote: str = "origin", github=None, sh=None, out=sys.stdout,
+         progress=lambda msg: print(msg, file=sys.stderr)) -> None:
+    if pr is None:
+        from_patches(stack, pytorch, branch, worktree, out, progress)
+    else:
+        from_pull_request(stack, pytorch, pr, remote, github, sh, out, progress)

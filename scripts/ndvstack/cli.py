@@ -7,8 +7,9 @@ import logging
 import sys
 from pathlib import Path
 
-from ndvstack import apply, basetree, export, lint, overlay, run, status, upstream_tests, wheel
-from ndvstack.checkout import DEFAULT_BRANCH
+from ndvstack import (apply, basetree, checkout, export, lint, overlay, run, status, submit,
+                      upstream_tests, wheel)
+from ndvstack.repo import DEFAULT_BRANCH
 from ndvstack.errors import StackError
 from ndvstack.git import GitError
 from ndvstack.layers import DEFAULT_OVERLAY_SRC
@@ -76,6 +77,30 @@ def _parser() -> argparse.ArgumentParser:
                                      "and report per test id; exit 1 if any fails with the stack.")
     p.add_argument("--junit-dir", type=Path, help="write stock.xml and stack.xml here")
 
+    p = verbs.add_parser("submit", help="submit the stack upstream with ghstack, one PR per patch",
+                         description="Preflight (lint, a clean checkout whose remote is the upstream "
+                                     "repository, ghstack configured, the base on the target branch, "
+                                     "the scoreboard green with the stack), then apply the stack on a "
+                                     "new branch, run ghstack submit, and write the trailers it adds "
+                                     "(ghstack-source-id:, Pull-Request:) back into patches/.")
+    p.add_argument("--pytorch", type=Path, required=True, metavar="DIR", help="a pytorch git checkout")
+    p.add_argument("--onto", metavar="REV", help="submit the stack applied onto REV (default: the base)")
+    p.add_argument("--base-branch", metavar="NAME", help="the upstream branch the PRs target "
+                                                          "(default: the remote's HEAD)")
+    p.add_argument("--remote", default="origin", help="the upstream remote (default: %(default)s)")
+    p.add_argument("--branch", help="the local branch to create (default: ndv/submit-<time>)")
+
+    p = verbs.add_parser("checkout", help="a reviewer's copy: from patches/, or from a PR with ghstack",
+                         description="From patches/: the stack applied at the base on a new branch (or "
+                                     "--worktree), then the next commands. With --pr URL: ghstack "
+                                     "checkout of the pull request, then its stack compared with "
+                                     "patches/, patch by patch (exit 1 if they differ).")
+    p.add_argument("--pytorch", type=Path, required=True, metavar="DIR", help="a pytorch git checkout")
+    p.add_argument("--pr", metavar="URL", help="a pull request of the submitted stack (its top one)")
+    p.add_argument("--worktree", type=Path, metavar="PATH", help="put the stack in a new worktree here")
+    p.add_argument("--branch", default=DEFAULT_BRANCH, help="the branch to create (default: %(default)s)")
+    p.add_argument("--remote", default="origin", help="the upstream remote (default: %(default)s)")
+
     p = verbs.add_parser("wheel", help="the patched wheel in dist/, from the release wheel",
                          description="Make dist/torch-<release>+<label>-<tags>.whl: the base's release "
                                      "wheel with the stack laid in (patched Python files, compiled "
@@ -109,6 +134,12 @@ def main(argv: list[str] | None = None) -> int:
             overlay.main(stack, sys.stdout, args.overlay_src, args.allow_unshimmed)
         elif args.verb == "test":
             upstream_tests.main(stack, sys.stdout, args.junit_dir, overlay_src=args.overlay_src)
+        elif args.verb == "submit":
+            submit.main(stack, args.pytorch, onto=args.onto, base_branch=args.base_branch,
+                        remote=args.remote, branch=args.branch)
+        elif args.verb == "checkout":
+            checkout.main(stack, args.pytorch, pr=args.pr, worktree=args.worktree, branch=args.branch,
+                          remote=args.remote)
         elif args.verb == "wheel":
             wheel.main(stack, args.dist, args.release_wheel, args.overlay_src,
                        allow_unshimmed=args.allow_unshimmed)

@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 
 from ndvstack import lint
-from ndvstack.checkout import DEFAULT_BRANCH, open_checkout, require_base
+from ndvstack.repo import DEFAULT_BRANCH, open_checkout, require_base
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.git import Git
 from ndvstack.stack import SERIES_FILE, Stack
@@ -54,23 +54,14 @@ def _swap_in(new: Path, target: Path) -> None:
     shutil.rmtree(old)
 
 
-def main(stack: Stack, pytorch: Path, branch: str = DEFAULT_BRANCH,
-         progress=lambda msg: print(msg, file=sys.stderr)) -> list[str]:
-    """Returns the names written to the series."""
-    git = open_checkout(pytorch)
+def write_stack(stack: Stack, git: Git, base_sha: str, head: str, what: str) -> list[str]:
+    """Replaces STACK's patches and series by the commits base_sha..head of GIT's repository
+    (lint-clean or not at all); returns the names written. WHAT names head in messages."""
     base = stack.base
-    base_sha = require_base(git, base)
-    head = git.commit_of(f"refs/heads/{branch}")
-    if head is None:
-        raise BadInput(f"{git.cwd}: has no branch {branch}; pass --branch NAME")
-    if not git.ok("merge-base", "--is-ancestor", base_sha, head):
-        raise BadInput(f"{git.cwd}: branch {branch} does not contain the base {base_sha[:12]}; "
-                       f"rebase it onto the base first")
     merges = git.out("rev-list", "--merges", f"{base_sha}..{head}")
     if merges:
-        raise BadInput(f"{git.cwd}: branch {branch} has merge commits (first: {merges.split()[0][:12]}); "
+        raise BadInput(f"{git.cwd}: {what} has merge commits (first: {merges.split()[0][:12]}); "
                        f"a stack is linear, rebase it first")
-
     old_series = stack.dir / SERIES_FILE
     header = SERIES_HEADER
     if old_series.is_file():
@@ -92,10 +83,25 @@ def main(stack: Stack, pytorch: Path, branch: str = DEFAULT_BRANCH,
         (tmp / SERIES_FILE).write_text(header + "".join(f"{name}\n" for name in names))
         problems = lint.findings(Stack(tmp))
         if problems:
-            raise WorkFailed(f"export of {branch} would make an invalid stack, patches/ unchanged: "
+            raise WorkFailed(f"export of {what} would make an invalid stack, patches/ unchanged: "
                              + "; ".join(p.replace(str(tmp), str(stack.dir)) for p in problems))
         _swap_in(tmp, stack.dir)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return names
+
+
+def main(stack: Stack, pytorch: Path, branch: str = DEFAULT_BRANCH,
+         progress=lambda msg: print(msg, file=sys.stderr)) -> list[str]:
+    """Returns the names written to the series."""
+    git = open_checkout(pytorch)
+    base_sha = require_base(git, stack.base)
+    head = git.commit_of(f"refs/heads/{branch}")
+    if head is None:
+        raise BadInput(f"{git.cwd}: has no branch {branch}; pass --branch NAME")
+    if not git.ok("merge-base", "--is-ancestor", base_sha, head):
+        raise BadInput(f"{git.cwd}: branch {branch} does not contain the base {base_sha[:12]}; "
+                       f"rebase it onto the base first")
+    names = write_stack(stack, git, base_sha, head, f"branch {branch}")
     progress(f"exported {len(names)} patches from {branch} ({head[:12]}) to {stack.dir}")
     return names

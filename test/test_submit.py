@@ -1,0 +1,188 @@
+"""submit and checkout drive the real ghstack against its own fake GitHub
+(ghstack.github_fake.FakeGitHubEndpoint) and a local bare repository standing in for
+github.com/pytorch/pytorch (the checkout's remote URL is the real one, rewritten to the
+bare repository with git's url.<base>.insteadOf)."""
+
+import asyncio
+import io
+import subprocess
+from pathlib import Path
+
+import ghstack.github_fake
+import ghstack.shell
+import pytest
+
+from fake_pytorch import FakePytorch, dir_bytes, five_patch_stack, stack_from_commits
+from ndvstack import checkout, submit
+from ndvstack.errors import BadInput, WorkFailed
+from ndvstack.stack import Stack
+
+UPSTREAM_URL = "https://github.com/pytorch/pytorch.git"
+
+
+def quiet(_):
+    pass
+
+
+class World:
+    """The fake GitHub, its bare repository, a stack, and a contributor's checkout."""
+
+    def __init__(self, tmp: Path, fake: FakePytorch):
+        five_patch_stack(fake, trailers=False)
+        stack_from_commits(fake, tmp / "patches", head="work")
+        self.stack = Stack(tmp / "patches")
+        self.upstream = tmp / "upstream"
+        self.upstream.mkdir()
+        self.github = ghstack.github_fake.FakeGitHubEndpoint(
+            ghstack.shell.Shell(cwd=str(self.upstream), testing=True))
+        asyncio.run(self.github.state.initialize())
+        fake.git.run("push", "--quiet", "--force", str(self.upstream), f"{fake.base}:refs/heads/main")
+        self.checkout = self.clone(tmp / "local")
+
+    def clone(self, target: Path) -> FakePytorch:
+        subprocess.run(["git", "clone", "--quiet", str(self.upstream), str(target)], check=True)
+        fake = FakePytorch(target, self.stack.base.commit)
+        fake.git.run("remote", "set-url", "origin", UPSTREAM_URL)
+        fake.git.run("config", f"url.{self.upstream}.insteadOf", UPSTREAM_URL)
+        return fake
+
+    def submit(self, **options):
+        options = {"base_branch": "main", "github": self.github, "username": "ndv-author",
+                   "scoreboard": lambda: None, "progress": quiet,
+                   "sh": ghstack.shell.Shell(cwd=str(self.checkout.path), testing=True), **options}
+        return submit.main(self.stack, self.checkout.path, **options)
+
+    def pull_requests(self) -> list[dict]:
+        query = ('query { repository(name: "pytorch", owner: "pytorch") { pullRequests { nodes { '
+                 'number title baseRefName headRefName closed } } } }')
+        result = asyncio.run(self.github.graphql(query))
+        return result["data"]["repository"]["pullRequests"]["nodes"]
+
+
+@pytest.fixture
+def world(tmp_path, fake_pytorch):
+    return World(tmp_path, fake_pytorch)
+
+
+def test_submit_opens_one_pull_request_per_patch_in_order(world):
+    urls = world.submit(branch="submit-1")
+    prs = world.pull_requests()
+    assert [pr["title"] for pr in prs] == [
+        "[autograd] Detach marked view outputs", "[autograd] Document marked views",
+        "[aotautograd] Regenerate no_grad views", "[dynamo] Add new file", "Add tests for marked views"]
+    assert urls == [f"https://github.com/pytorch/pytorch/pull/{pr['number']}" for pr in prs]
+    # Each PR is stacked on the one below it.
+    assert [pr["baseRefName"] for pr in prs[1:]] == [pr["headRefName"].replace("/head", "/base") for pr in prs[1:]]
+
+
+def test_the_trailers_land_in_patches_and_a_second_submit_opens_no_new_prs(world):
+    before = {name: (world.stack.dir / name).read_text() for name in world.stack.series()}
+    urls = world.submit(branch="submit-1")
+    for url, name in zip(urls, world.stack.series(), strict=True):
+        text = (world.stack.dir / name).read_text()
+        assert "\nghstack-source-id: " in text and f"\nPull-Request: {url}\n" in text
+        # Only the trailers and (ghstack sets it) the author date changed.
+        added = [line for line in text.splitlines() if line not in before[name].splitlines()]
+        assert [line.split(":")[0] for line in added] == ["Date", "ghstack-source-id", "Pull-Request"]
+    exported = dir_bytes(world.stack.dir)
+    world.checkout.git.run("checkout", "--quiet", "main")
+    urls = world.submit(branch="submit-2")
+    assert len(world.pull_requests()) == 5 and len(urls) == 5
+    assert dir_bytes(world.stack.dir) == exported  # unchanged stack: same trailers, same bytes
+
+
+@pytest.mark.parametrize("url, message", [
+    ("https://github.com/someone/pytorch.git", r"remote origin is https://github\.com/someone/pytorch\.git, "
+                                              r"not github\.com/pytorch/pytorch: .*a fork does not work"),
+    ("/srv/mirror/pytorch", r"remote origin is /srv/mirror/pytorch, not github\.com/pytorch/pytorch"),
+])
+def test_submit_refuses_a_fork_or_other_remote(world, url, message):
+    world.checkout.git.run("remote", "set-url", "origin", url)
+    before = world.checkout.snapshot()
+    with pytest.raises(BadInput, match=message):
+        world.submit()
+    assert world.checkout.snapshot() == before and world.pull_requests() == []
+
+
+def test_submit_refuses_when_the_scoreboard_is_not_green(world):
+    def red():
+        raise BadInput("the scoreboard is not green with the stack: 1 failed, 13 passed")
+    before = world.checkout.snapshot()
+    with pytest.raises(BadInput, match="scoreboard is not green"):
+        submit.main(world.stack, world.checkout.path, base_branch="main", github=world.github,
+                    username="ndv-author", scoreboard=red, progress=quiet)
+    assert world.checkout.snapshot() == before and world.pull_requests() == []
+
+
+def test_submit_refuses_a_base_that_is_not_on_the_target_branch(world):
+    world.checkout.git.run("push", "--quiet", "origin", f"{world.stack.base.commit}:refs/heads/release")
+    world.checkout.git.run("checkout", "--quiet", "--orphan", "other")
+    world.checkout.commit("Unrelated\n\nbody\n", {"x.py": "x\n"})
+    world.checkout.git.run("push", "--quiet", "origin", "other:refs/heads/other")
+    world.checkout.git.run("checkout", "--quiet", "main")
+    world.checkout.git.run("fetch", "--quiet", "origin")
+    with pytest.raises(BadInput, match=r"is not on origin/other: ghstack would submit the commits between"):
+        world.submit(base_branch="other")
+
+
+def test_submit_refuses_a_dirty_checkout_and_missing_ghstack_config(world, tmp_path, monkeypatch):
+    (world.checkout.path / "stray.txt").write_text("x\n")
+    with pytest.raises(BadInput, match="the checkout is not clean"):
+        world.submit()
+    (world.checkout.path / "stray.txt").unlink()
+    monkeypatch.setenv("GHSTACKRC_PATH", str(tmp_path / "no-ghstackrc"))
+    with pytest.raises(BadInput, match=r"ghstack is not configured: .*no-ghstackrc needs github_username "
+                                       r"and github_oauth"):
+        submit.main(world.stack, world.checkout.path, base_branch="main", scoreboard=lambda: None,
+                    progress=quiet)
+
+
+def test_the_token_is_never_printed(world, tmp_path, monkeypatch, capfd):
+    rc = tmp_path / "ghstackrc"
+    rc.write_text("[ghstack]\ngithub_username = someone\n")
+    monkeypatch.setenv("GHSTACKRC_PATH", str(rc))
+    with pytest.raises(BadInput) as refused:
+        submit.main(world.stack, world.checkout.path, base_branch="main", scoreboard=lambda: None,
+                    progress=quiet)
+    rc.write_text("[ghstack]\ngithub_username = someone\ngithub_oauth = ghp_SECRET123\n")
+    username, token = submit.read_ghstack_config()
+    out, err = capfd.readouterr()
+    assert "ghp_SECRET123" not in out + err + str(refused.value)
+    assert (username, token) == ("someone", "ghp_SECRET123")
+
+
+def test_a_reviewers_checkout_of_the_top_pr_is_patches_byte_for_byte(world, tmp_path):
+    urls = world.submit(branch="submit-1")
+    reviewer = world.clone(tmp_path / "reviewer")
+    out = io.StringIO()
+    checkout.main(world.stack, reviewer.path, pr=urls[-1], github=world.github, out=out,
+                  sh=ghstack.shell.Shell(cwd=str(reviewer.path), testing=True), progress=quiet)
+    lines = out.getvalue().splitlines()
+    assert lines == [f"same: {name}" for name in world.stack.series()] + [
+        "the pull request's stack is patches/ byte for byte (5 patches)"]
+
+
+def test_a_reviewers_checkout_reports_each_patch_that_differs(world, tmp_path):
+    urls = world.submit(branch="submit-1")
+    second = world.stack.dir / world.stack.series()[1]
+    second.write_text(second.read_text().replace("Say what happens to views.", "Say more."))
+    reviewer = world.clone(tmp_path / "reviewer")
+    out = io.StringIO()
+    with pytest.raises(WorkFailed, match="differs from .* in 1 patches"):
+        checkout.main(world.stack, reviewer.path, pr=urls[-1], github=world.github, out=out,
+                      sh=ghstack.shell.Shell(cwd=str(reviewer.path), testing=True), progress=quiet)
+    assert (f"DIFFERS: {second.name}: differs from the PR's {second.name} at line 6: "
+            "'Say more.' vs 'Say what happens to views.'") in out.getvalue().splitlines()
+
+
+def test_a_reviewers_checkout_from_patches_in_a_worktree(world, tmp_path):
+    out = io.StringIO()
+    before = world.checkout.snapshot()
+    checkout.main(world.stack, world.checkout.path, worktree=tmp_path / "review", branch="review",
+                  out=out, progress=quiet)
+    git = world.checkout.git
+    assert git.out("rev-parse", "review~5") == world.stack.base.commit
+    assert "// detach views too" in (tmp_path / "review/torch/csrc/autograd/custom_function.cpp").read_text()
+    assert out.getvalue().startswith("next:\n  ./scripts/stack.sh run -- python ")
+    after = world.checkout.snapshot()
+    assert after["HEAD"] == before["HEAD"] and after["status"] == before["status"]  # the checkout itself is untouched
