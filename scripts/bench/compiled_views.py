@@ -60,7 +60,10 @@ def worker(args) -> None:
 
             def forward_backward():
                 outs = compiled(x)
-                sum(o.sum() for o in outs if o.requires_grad and o.grad_fn is not None).backward()
+                # Through every output with history (stock inductor loses some: issue 6).
+                losses = [o.sum() for o in outs if o.requires_grad and o.grad_fn is not None]
+                if losses:
+                    sum(losses).backward()
 
             for label, step in (("fwd", forward), ("fwd+bwd", forward_backward)):
                 for _ in range(args.warmup):
