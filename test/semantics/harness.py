@@ -30,7 +30,10 @@ COMPILED_MODES = [
     "inductor",
     "inductor_dyn",
 ]
-MODES = ["eager_abs"] + COMPILED_MODES
+# fullgraph=True, for the cases of custom Functions under dynamo (issue 7's, which must
+# compile without a graph break): torch.compile(..., fullgraph=True), static shapes.
+FULLGRAPH_MODES = ["compile_eager_fullgraph", "aot_eager_fullgraph", "inductor_fullgraph"]
+MODES = ["eager_abs"] + COMPILED_MODES + FULLGRAPH_MODES
 
 
 def modes_for(case):
@@ -38,7 +41,9 @@ def modes_for(case):
     return [
         m
         for m in MODES
-        if (m != "eager_abs" or case.marked) and m not in case.skip_modes
+        if (m != "eager_abs" or case.marked)
+        and (m not in FULLGRAPH_MODES or case.owner == "issue-7")
+        and m not in case.skip_modes
     ]
 
 
@@ -249,6 +254,8 @@ def eager_abs_check(case):
 
 
 def compile_for(f, mode):
+    fullgraph = mode.endswith("_fullgraph")
+    mode = mode.removesuffix("_fullgraph")
     dyn = mode.endswith("_dyn")
     base = mode[:-4] if dyn else mode
     if base == "aot_function":
@@ -256,7 +263,7 @@ def compile_for(f, mode):
 
         return aot_function(f, nop, dynamic=dyn)
     backend = {"compile_eager": "eager", "aot_eager": "aot_eager", "inductor": "inductor"}[base]
-    return torch.compile(f, backend=backend, dynamic=dyn)
+    return torch.compile(f, backend=backend, dynamic=dyn, fullgraph=fullgraph)
 
 
 def run_case(case, mode):

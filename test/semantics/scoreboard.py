@@ -95,6 +95,7 @@ def owner_for(case, mode, results):
     too, else issue-5; inductor -> whatever aot_eager got if it fails too,
     else issue-6.
     """
+    mode = mode.removesuffix("_fullgraph")  # attributed as its static mode
     dyn = "_dyn" if mode.endswith("_dyn") else ""
     base = mode[: -len(dyn)] if dyn else mode
     c = BY_NAME[case]
