@@ -7,13 +7,13 @@ swapped in by rename only once it is complete and lint-clean.
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import tempfile
 from pathlib import Path
 
 from ndvstack import lint
+from ndvstack.atomic import exchange
 from ndvstack.repo import DEFAULT_BRANCH, open_checkout, require_base
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.git import Git
@@ -42,16 +42,10 @@ def format_patches(git: Git, base: str, head: str, out_dir: Path) -> list[str]:
 
 
 def _swap_in(new: Path, target: Path) -> None:
-    """Replaces TARGET by NEW with renames on one filesystem; TARGET is never half-written."""
+    """Replaces TARGET by NEW in one atomic exchange; TARGET is never missing or half-written.
+    The old content ends up at NEW (the caller removes it)."""
     new.chmod(target.stat().st_mode)  # mkdtemp made it private
-    old = target.with_name(f".{target.name}.old-{os.getpid()}")
-    os.rename(target, old)
-    try:
-        os.rename(new, target)
-    except BaseException:
-        os.rename(old, target)
-        raise
-    shutil.rmtree(old)
+    exchange(new, target)
 
 
 def write_stack(stack: Stack, git: Git, base_sha: str, head: str, what: str) -> list[str]:
