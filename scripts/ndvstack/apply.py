@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from ndvstack import lint
-from ndvstack.repo import (DEFAULT_BRANCH, open_checkout, require_base, require_branch_name,
+from ndvstack.repo import (DEFAULT_BRANCH, open_checkout, require_base, require_new_branch,
                                require_clean, require_commit)
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.git import Git
@@ -60,11 +60,6 @@ def apply_detached(git: Git, patches: list[Patch], sha: str, progress) -> str:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def require_identity(git: Git) -> None:
-    if not git.ok("var", "GIT_COMMITTER_IDENT"):
-        raise BadInput(f"{git.cwd}: git has no committer identity; set user.name and user.email")
-
-
 def main(stack: Stack, pytorch: Path, onto: str | None = None, branch: str = DEFAULT_BRANCH,
          progress=lambda msg: print(msg, file=sys.stderr)) -> str:
     """Returns the sha of the new branch's head."""
@@ -73,10 +68,7 @@ def main(stack: Stack, pytorch: Path, onto: str | None = None, branch: str = DEF
     require_clean(git)
     base = stack.base
     sha = require_commit(git, onto, "the revision") if onto else require_base(git, base)
-    require_branch_name(git, branch)
-    require_identity(git)
-    if git.commit_of(f"refs/heads/{branch}"):
-        raise BadInput(f"{git.cwd}: branch {branch} already exists; delete it or pass --branch NAME")
+    require_new_branch(git, branch)
     patches = stack.patches()
     head = apply_detached(git, patches, sha, progress)
     git.run("branch", branch, head)

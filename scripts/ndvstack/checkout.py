@@ -16,7 +16,7 @@ from pathlib import Path
 from ndvstack import apply, lint
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.export import format_patches
-from ndvstack.repo import DEFAULT_BRANCH, open_checkout, require_base, require_branch_name, require_clean
+from ndvstack.repo import DEFAULT_BRANCH, open_checkout, require_base, require_new_branch, require_clean
 from ndvstack.stack import Stack
 from ndvstack.submit import read_ghstack_config, transplant
 
@@ -35,10 +35,7 @@ def from_patches(stack: Stack, pytorch: Path, branch: str, worktree: Path | None
         return
     lint.check(stack)
     git = open_checkout(pytorch)
-    require_branch_name(git, branch)
-    apply.require_identity(git)
-    if git.commit_of(f"refs/heads/{branch}"):
-        raise BadInput(f"{git.cwd}: branch {branch} already exists; delete it or pass --branch NAME")
+    require_new_branch(git, branch)
     if worktree.exists():
         raise BadInput(f"{worktree}: already exists; give --worktree a new folder")
     head = apply.apply_detached(git, stack.patches(), require_base(git, stack.base), progress)

@@ -9,6 +9,14 @@ from ndvstack.git import Git
 from ndvstack.stack import FileChange
 
 
+def apply_to_tree(tree: Path, changes: list[FileChange], diff: Path):
+    """`git apply` of CHANGES (written to DIFF, outside TREE) onto the plain folder TREE,
+    never with fuzz; returns git's result. Git is kept from finding a repository above."""
+    diff.write_text("".join(change.text for change in changes), errors="surrogateescape")
+    return Git(tree).run("apply", "--whitespace=nowarn", str(diff), check=False,
+                         env={"GIT_CEILING_DIRECTORIES": str(diff.parent)})
+
+
 def rejected_hunks(git: Git, diff: Path, changes: list[FileChange]) -> list[str]:
     """Runs `git apply --reject` of DIFF where GIT runs (a scratch tree: it is changed) and
     names each file and hunk that failed."""

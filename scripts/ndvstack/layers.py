@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 
 from ndvstack.errors import BadInput
 from ndvstack.git import Git
-from ndvstack.hunks import rejected_hunks
+from ndvstack.hunks import apply_to_tree, rejected_hunks
 from ndvstack.shims import Shim
 from ndvstack.stack import REPO_ROOT, Patch
 
@@ -91,18 +91,14 @@ def patched_files(plan: Plan, package_root: Path) -> dict[str, bytes | None]:
             if (package_root / rel).is_file():
                 (scratch / rel).parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(package_root / rel, scratch / rel)
-        # Never let git find a repository above the scratch tree.
-        git = Git(scratch)
-        env = {"GIT_CEILING_DIRECTORIES": tmp}
         for patch in plan.patches:
             changes = [c for c in patch.files if c.path in plan.overlaid]
             if not changes:
                 continue
             diff = Path(tmp, f"{patch.name}.diff")
-            diff.write_text("".join(change.text for change in changes), errors="surrogateescape")
-            result = git.run("apply", "--whitespace=nowarn", str(diff), check=False, env=env)
+            result = apply_to_tree(scratch, changes, diff)
             if result.returncode != 0:
-                failed = rejected_hunks(git, diff, changes) or [result.stderr.strip().splitlines()[-1]]
+                failed = rejected_hunks(Git(scratch), diff, changes) or [result.stderr.strip().splitlines()[-1]]
                 raise BadInput(f"{patch.name} does not apply to the installed wheel's files: "
                                f"{'; '.join(failed)}")
         return {rel: (scratch / rel).read_bytes() if (scratch / rel).is_file() else None
@@ -126,7 +122,11 @@ def _hook(init_py: bytes) -> bytes:
 
 
 def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:  # in blocks: a release wheel is hundreds of MB
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def manifest(plan: Plan, base, built_from: str, label: str, toolchain, origin: dict) -> dict:

@@ -52,9 +52,9 @@ def overlay_key(stack: Stack, overlay_src: Path, torch_dir: Path, allow_unshimme
     inputs += [record] if record else []
     for path in inputs:
         digest.update(str(path).encode() + b"\0" + path.read_bytes())
-    compiler = os.environ.get("CXX") or "c++"
-    digest.update(subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout.encode()
-                  if shutil.which(compiler) else b"no compiler")
+    cxx = shims.compiler()
+    digest.update(subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout.encode()
+                  if shutil.which(cxx) else b"no compiler")
     return digest.hexdigest()
 
 

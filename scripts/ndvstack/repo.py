@@ -48,9 +48,14 @@ def require_commit(git: Git, rev: str, what: str) -> str:
     return sha
 
 
-def require_branch_name(git: Git, branch: str) -> None:
+def require_new_branch(git: Git, branch: str) -> None:
+    """BRANCH can be created here: a valid name, not taken, and git can commit (identity)."""
     if not git.ok("check-ref-format", "--branch", branch):
         raise BadInput(f"{branch!r} is not a valid branch name")
+    if not git.ok("var", "GIT_COMMITTER_IDENT"):
+        raise BadInput(f"{git.cwd}: git has no committer identity; set user.name and user.email")
+    if git.commit_of(f"refs/heads/{branch}"):
+        raise BadInput(f"{git.cwd}: branch {branch} already exists; delete it or pass --branch NAME")
 
 
 def require_base(git: Git, base: Base) -> str:

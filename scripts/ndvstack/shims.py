@@ -58,6 +58,11 @@ def load_shims(overlay_src: Path) -> dict[str, Shim]:
     return shims
 
 
+def compiler() -> str:
+    """The C++ compiler the shims are built with: $CXX, else c++."""
+    return os.environ.get("CXX") or "c++"
+
+
 @dataclass(frozen=True)
 class Toolchain:
     """How shims are compiled for the installed torch."""
@@ -69,16 +74,16 @@ class Toolchain:
 
     @classmethod
     def detect(cls) -> "Toolchain":
-        compiler = os.environ.get("CXX") or "c++"
-        if shutil.which(compiler) is None:
-            raise BadInput(f"no C++ compiler: {compiler} not found (install g++ or set CXX); "
+        cxx = compiler()
+        if shutil.which(cxx) is None:
+            raise BadInput(f"no C++ compiler: {cxx} not found (install g++ or set CXX); "
                            f"the stack's C++ patches need their shims compiled")
-        version = subprocess.run([compiler, "--version"], capture_output=True, text=True).stdout
+        version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
         # Importing torch is the slow part of a cold build; a warm one never gets here.
         from torch.utils import cpp_extension
         includes = [flag for path in cpp_extension.include_paths() for flag in ("-isystem", path)]
         [torch_lib] = cpp_extension.library_paths()[:1]
-        return cls(compiler, version.splitlines()[0] if version else "unknown",
+        return cls(cxx, version.splitlines()[0] if version else "unknown",
                    ("-O2", "-std=c++20", "-fPIC", "-shared", *includes),
                    (f"-L{torch_lib}", "-Wl,-rpath,$ORIGIN/../lib", "-Wl,--no-as-needed",
                     "-lc10", "-ltorch_cpu", "-ldl"),

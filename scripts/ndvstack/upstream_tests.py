@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ndvstack import lint, run
 from ndvstack.errors import BadInput, WorkFailed
-from ndvstack.git import Git
+from ndvstack.hunks import apply_to_tree
 from ndvstack.stack import Stack
 
 SIDES = ("stock", "stack")
@@ -46,9 +46,9 @@ def new_test_files(stack: Stack, out: Path) -> tuple[list[str], list[str]]:
             else:
                 not_run.append(f"{change.path} ({patch.name}): changes an upstream file; needs --pytorch")
         if changes:
-            diff = out.parent / f"{patch.name}.diff"
-            diff.write_text("".join(c.text for c in changes))
-            Git(out).run("apply", str(diff), env={"GIT_CEILING_DIRECTORIES": str(out.parent)})
+            result = apply_to_tree(out, changes, out.parent / f"{patch.name}.diff")
+            if result.returncode != 0:
+                raise WorkFailed(f"{patch.name}: its test files do not apply: {result.stderr.strip()}")
     files = sorted(p for p in ours if (out / p).is_file() and Path(p).name.startswith("test_")
                    and p.endswith(".py"))
     return files, not_run

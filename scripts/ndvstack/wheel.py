@@ -10,7 +10,6 @@ one and the two are swapped with one atomic renameat2(RENAME_EXCHANGE).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -23,19 +22,11 @@ from ndvstack import lint, shims
 from ndvstack.atomic import build_dir, exchange
 from ndvstack.basetree import require_base_torch
 from ndvstack.errors import BadInput, WorkFailed
-from ndvstack.layers import DEFAULT_OVERLAY_SRC, lay_into, make_plan, manifest, patched_files
+from ndvstack.layers import DEFAULT_OVERLAY_SRC, lay_into, make_plan, manifest, patched_files, sha256
 from ndvstack.overlay import default_cache, stack_label
 from ndvstack.stack import REPO_ROOT, Base, Stack
 
 DEFAULT_DIST = REPO_ROOT / "dist"
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def release_wheel(base: Base, cache: Path, given: Path | None, progress) -> Path:
@@ -55,7 +46,7 @@ def release_wheel(base: Base, cache: Path, given: Path | None, progress) -> Path
         raise BadInput(f"{given}: no such release wheel")
     if given.name != base.wheel:
         raise BadInput(f"{given}: not the base's release wheel {base.wheel}")
-    actual = _sha256_file(given)
+    actual = sha256(given)
     if actual != base.wheel_sha256:
         raise BadInput(f"{given}: truncated or corrupted (sha256 {actual[:16]}..., "
                        f"base.toml pins {base.wheel_sha256[:16]}...)")
@@ -115,7 +106,7 @@ def main(stack: Stack, dist: Path = DEFAULT_DIST, given_wheel: Path | None = Non
         (tmp / "out").mkdir()
         _run_wheel("pack", "--local-version", label, "--dest-dir", str(tmp / "out"), str(root))
         [built] = (tmp / "out").iterdir()
-        data["wheel"] = {"file": built.name, "sha256": _sha256_file(built)}
+        data["wheel"] = {"file": built.name, "sha256": sha256(built)}
         manifest_file = tmp / "out" / f"{built.name}.json"
         manifest_file.write_text(json.dumps(data, indent=2) + "\n")
         progress(f"wheel: publishing into {dist} ...")
