@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fake_stack import CHECK_SCRIPT, MARKER, PYTHON_FILE, overlay_src, quiet, stack_data
-from ndvstack import export, overlay, run
+from ndvstack import overlay, run
 from ndvstack.errors import BadInput
 from ndvstack.installed import installed_torch
 

@@ -26,7 +26,7 @@ from pathlib import Path
 STACK_SH = Path(__file__).resolve().parents[1] / "stack.sh"
 DEFAULT_OUTPUTS = (1, 4, 16)
 
-EPILOG = f"""\
+EPILOG = """\
 Output kinds: with 1 output, the output is a marked view of the input (x.view(-1)).
 With N > 1 outputs, output 0 is the differentiable base y = x * 2 and the others cycle
 through: a marked view of y, an unmarked view of y, a marked non-view (y * 3).

@@ -16,7 +16,7 @@ from pathlib import Path
 from ndvstack import lint
 from ndvstack.repo import (DEFAULT_BRANCH, open_checkout, require_base, require_new_branch,
                                require_clean, require_commit)
-from ndvstack.errors import BadInput, WorkFailed
+from ndvstack.errors import WorkFailed
 from ndvstack.git import Git
 from ndvstack.hunks import rejected_hunks
 from ndvstack.stack import Patch, Stack

@@ -85,7 +85,7 @@ def main(stack: Stack, dist: Path = DEFAULT_DIST, given_wheel: Path | None = Non
     cache = cache or default_cache()
     lint.check(stack)
     base = stack.base
-    torch = require_base_torch(base)  # the shims are compiled against it
+    require_base_torch(base)  # the shims are compiled against it
     source = release_wheel(base, cache, given_wheel, progress)
     plan = make_plan(stack.patches(), shims.load_shims(overlay_src), allow_unshimmed)
     toolchain = shims.Toolchain.detect() if plan.shims else None
