@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job: the patched torch wheel in dist/ (see `build.sh --help`).
-# Today: from the release wheel, without a source build (stack.sh wheel).
+# The main job: the patched torch wheel in dist/ (see `build.sh --help`): from the release
+# wheel (default), or with --from-source from a pytorch checkout by upstream's own build.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 exec "$python" -m ndvstack wheel "$@"

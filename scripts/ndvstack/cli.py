@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from pathlib import Path
 
-from ndvstack import (apply, basetree, checkout, export, lint, overlay, run, status, submit,
+from ndvstack import (apply, basetree, build, checkout, export, lint, overlay, run, status, submit,
                       upstream_tests, wheel)
 from ndvstack.repo import DEFAULT_BRANCH
-from ndvstack.errors import StackError
+from ndvstack.errors import BadInput, StackError
 from ndvstack.git import GitError
 from ndvstack.layers import DEFAULT_OVERLAY_SRC
 from ndvstack.stack import DEFAULT_PATCHES, Stack
@@ -111,7 +112,42 @@ def _parser() -> argparse.ArgumentParser:
                    help="the base's release wheel (default: fetched with pip, checked by sha256)")
     p.add_argument("--allow-unshimmed", action="store_true",
                    help="ship a C++ patch that has no shim (its C++ is then NOT in effect)")
+    source = p.add_argument_group(
+        "from source", "With --from-source: upstream's own wheel build (python -m build --wheel "
+        "--no-isolation) of a pytorch checkout with the stack applied in a dedicated worktree, "
+        "CUDA unless --cpu, with ccache or sccache; the same dist/ and <wheel>.json.")
+    source.add_argument("--from-source", action="store_true", help="build from a pytorch checkout")
+    source.add_argument("--pytorch", type=Path, metavar="DIR", default=os.environ.get("PYTORCH_SRC") or None,
+                        help="the pytorch git checkout (default: $PYTORCH_SRC)")
+    source.add_argument("--onto", metavar="REV", help="apply the stack onto REV instead of the pinned base")
+    source.add_argument("--cpu", action="store_true", help="a CPU-only build (no nvcc needed)")
+    source.add_argument("--python", default="python3",
+                        help="the python the wheel is for, with pytorch's build requirements (default: %(default)s)")
+    source.add_argument("--build-root", type=Path, metavar="DIR",
+                        help="the build worktree and log (default: <checkout's git dir>/ndv-build)")
+    source.add_argument("--compiler-cache", choices=("ccache", "sccache"),
+                        help="the compiler launcher (default: ccache if on PATH, else sccache)")
+    source.add_argument("--remote-cache", metavar="URL",
+                        help="a cache shared between machines: ccache remote storage (e.g. "
+                             "redis://host, http://host/cache) or, for sccache, s3://, gs://, redis://")
+    source.add_argument("--dry-run", action="store_true",
+                        help="preflight, then print the plan (environment and commands); run nothing")
     return parser
+
+
+_SOURCE_ONLY = ("pytorch", "onto", "cpu", "build_root", "compiler_cache", "remote_cache", "dry_run")
+
+
+def _build_from_source(stack: Stack, args) -> None:
+    if args.pytorch is None:
+        raise BadInput("--from-source needs --pytorch DIR (or PYTORCH_SRC=DIR): a pytorch git checkout")
+    if args.release_wheel or args.allow_unshimmed:
+        raise BadInput("--release-wheel and --allow-unshimmed are for the wheel made from the release wheel, "
+                       "not --from-source")
+    options = build.Options(pytorch=args.pytorch, onto=args.onto, cpu=args.cpu, python=args.python,
+                            build_root=args.build_root, compiler_cache=args.compiler_cache,
+                            remote_cache=args.remote_cache, dist=args.dist)
+    build.main(stack, options, sys.stdout, dry_run=args.dry_run)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -140,7 +176,13 @@ def main(argv: list[str] | None = None) -> int:
         elif args.verb == "checkout":
             checkout.main(stack, args.pytorch, pr=args.pr, worktree=args.worktree, branch=args.branch,
                           remote=args.remote)
+        elif args.verb == "wheel" and args.from_source:
+            _build_from_source(stack, args)
         elif args.verb == "wheel":
+            given = [name for name in _SOURCE_ONLY if getattr(args, name) not in (None, False)
+                     and not (name == "pytorch" and os.environ.get("PYTORCH_SRC"))]
+            if given:
+                raise BadInput(f"--{given[0].replace('_', '-')} needs --from-source")
             wheel.main(stack, args.dist, args.release_wheel, args.overlay_src,
                        allow_unshimmed=args.allow_unshimmed)
         elif args.verb == "run":

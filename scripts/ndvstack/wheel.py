@@ -53,7 +53,7 @@ def release_wheel(base: Base, cache: Path, given: Path | None, progress) -> Path
     return given
 
 
-def _publish(files: list[Path], dist: Path, tmp: Path) -> None:
+def publish(files: list[Path], dist: Path, tmp: Path) -> None:
     """dist/ becomes its old content less any torch wheel, plus FILES, in one step."""
     new = tmp / "dist"
     new.mkdir()
@@ -110,7 +110,7 @@ def main(stack: Stack, dist: Path = DEFAULT_DIST, given_wheel: Path | None = Non
         manifest_file = tmp / "out" / f"{built.name}.json"
         manifest_file.write_text(json.dumps(data, indent=2) + "\n")
         progress(f"wheel: publishing into {dist} ...")
-        _publish([built, manifest_file], dist, tmp)
+        publish([built, manifest_file], dist, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     progress(f"wheel: {dist / built.name} ({time.monotonic() - start:.0f}s)")

@@ -1,0 +1,126 @@
+"""Test doubles for the from-source build: a fake pytorch source tree and fake build tools.
+
+`fake_pytorch_source` is the fake pytorch tree of fake_pytorch.py plus what a wheel build
+needs: pyproject.toml naming the era's build backend, version.txt, a submodule (with one
+nested in it), and a FAKE backend found through `backend-path` (it shadows the real
+setuptools / scikit_build_core for this tree only). The fake backend records the
+environment and settings it was called with, prints ninja-style `[N/M]` lines for the
+"objects" its build/ folder lacks, and writes a tiny wheel. `fake_tools` writes shell
+scripts standing in for cmake, ninja, nvcc, nvidia-smi, ccache and sccache.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from fake_pytorch import FakePytorch, fake_pytorch_tree, five_patch_stack, stack_from_commits
+
+BACKEND = '''\
+"""FAKE PEP 517 backend (a test double, not upstream's build)."""
+import base64, hashlib, json, os, zipfile
+
+OBJECTS = ["c10/a.o", "aten/b.o", "torch/c.o", "torch/d.o"]
+
+
+def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
+    existed = os.path.isdir("build")
+    os.makedirs("build", exist_ok=True)
+    todo = [o for o in OBJECTS if not os.path.exists(os.path.join("build", o.replace("/", "_")))]
+    for number, name in enumerate(todo, 1):
+        print(f"[{number}/{len(todo)}] Building CXX object {name}", flush=True)
+        open(os.path.join("build", name.replace("/", "_")), "w").close()
+    if os.environ.get("FAKE_BUILD_FAIL"):
+        print("FAILED: torch/d.o\\nerror: fake compile error", flush=True)
+        raise SystemExit(1)
+    keys = ("CMAKE_", "CCACHE_", "SCCACHE_", "USE_", "TORCH_", "MAX_JOBS", "PYTORCH_", "CUDA_HOME")
+    record = {"cwd": os.getcwd(), "config_settings": config_settings or {}, "build_dir_existed": existed,
+              "compiled": todo, "env": {k: v for k, v in os.environ.items() if k.startswith(keys)},
+              "cpp": open("torch/csrc/autograd/custom_function.cpp").read(),
+              "submodules": sorted(os.path.relpath(os.path.join(d, f))
+                                   for d, _, files in os.walk("third_party") for f in files if f.endswith(".txt"))}
+    with open(os.environ["FAKE_BUILD_RECORD"], "a") as f:
+        f.write(json.dumps(record) + "\\n")
+    version = os.environ["PYTORCH_BUILD_VERSION"]
+    name = f"torch-{version}-cp311-cp311-linux_x86_64.whl"
+    files = {"torch/__init__.py": f"__version__ = {version!r}\\n",
+             f"torch-{version}.dist-info/METADATA": f"Metadata-Version: 2.1\\nName: torch\\nVersion: {version}\\n",
+             f"torch-{version}.dist-info/WHEEL": "Wheel-Version: 1.0\\nGenerator: fake\\nRoot-Is-Purelib: false\\nTag: cp311-cp311-linux_x86_64\\n"}
+    record_lines = []
+    with zipfile.ZipFile(os.path.join(wheel_directory, name), "w") as whl:
+        for path, text in files.items():
+            whl.writestr(path, text)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+            record_lines.append(f"{path},sha256={digest},{len(text)}")
+        record_lines.append(f"torch-{version}.dist-info/RECORD,,")
+        whl.writestr(f"torch-{version}.dist-info/RECORD", "\\n".join(record_lines) + "\\n")
+    return name
+'''
+
+BACKENDS = {"setuptools": ("setuptools.build_meta", "setuptools/build_meta.py"),
+            "scikit-build-core": ("scikit_build_core.build", "scikit_build_core/build.py")}
+
+
+def _repo(path: Path, files: dict[str, str]) -> Path:
+    path.mkdir(parents=True)
+    subprocess.run(["git", "init", "--quiet", str(path)], check=True)
+    for rel, text in files.items():
+        (path / rel).write_text(text)
+    subprocess.run(["git", "-C", str(path), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(path), "commit", "--quiet", "-m", "fake submodule"], check=True)
+    return path
+
+
+def _add_submodule(repo: Path, url: Path, where: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "protocol.file.allow=always", "submodule", "add", "--quiet",
+                    str(url), where], check=True, capture_output=True)
+    subprocess.run(["git", "-C", str(repo), "commit", "--quiet", "-m", f"add {where}"], check=True)
+
+
+def fake_pytorch_source(tmp: Path, patches: Path, era: str = "setuptools",
+                        requires: list[str] | None = None, setup_py: bool = True) -> FakePytorch:
+    """The fake source tree at TMP/pytorch (base: the commit with the build files, the
+    submodules recorded and checked out) and the five-patch stack of it in PATCHES."""
+    fake = fake_pytorch_tree(tmp / "pytorch")
+    deep = _repo(tmp / "upstream-deep", {"deep.txt": "nested submodule\n"})
+    sub = _repo(tmp / "upstream-sub", {"sub.txt": "submodule\n"})
+    _add_submodule(sub, deep, "deep")
+    _add_submodule(fake.path, sub, "third_party/sub")
+    subprocess.run(["git", "-C", str(fake.path), "-c", "protocol.file.allow=always", "submodule", "update",
+                    "--init", "--recursive", "--quiet"], check=True)
+    backend, module = BACKENDS[era]
+    files = {"pyproject.toml": "[build-system]\n"
+                               f"requires = {json.dumps(requires or [])}\n"
+                               f'build-backend = "{backend}"\n'
+                               'backend-path = ["tools/fake_backend"]\n',
+             "version.txt": "2.13.0\n", ".gitignore": "build/\n",
+             f"tools/fake_backend/{module}": BACKEND,
+             f"tools/fake_backend/{module.split('/')[0]}/__init__.py": ""}
+    if not setup_py:
+        files["setup.py"] = None
+    fake.base = fake.commit("Fake build files", files)
+    five_patch_stack(fake)
+    stack_from_commits(fake, patches, head="work")
+    fake.git.run("checkout", "--quiet", "main")
+    fake.git.run("branch", "-D", "work")
+    return fake
+
+
+VERSIONS = {"cmake": "cmake version 3.28.3", "ninja": "1.11.1", "ccache": "ccache version 4.9.1",
+            "sccache": "sccache 0.8.2", "nvcc": "Cuda compilation tools, release 12.8, V12.8.93"}
+
+
+def fake_tools(folder: Path, gpus: list[str] | None = ("9.0",), **versions: str | None) -> Path:
+    """FAKE cmake, ninja, nvcc, nvidia-smi, ccache and sccache in FOLDER: each prints a
+    version (VERSIONS, overridden by keyword; None leaves the tool out); nvidia-smi lists
+    GPUS' compute capabilities (None: no nvidia-smi)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in {**VERSIONS, "sccache": None, **versions}.items():
+        if text is not None:
+            (folder / name).write_text(f"#!/bin/sh\necho '{text}'\n")
+            (folder / name).chmod(0o755)
+    if gpus is not None:
+        (folder / "nvidia-smi").write_text("#!/bin/sh\n" + "".join(f"echo {cap}\n" for cap in gpus))
+        (folder / "nvidia-smi").chmod(0o755)
+    return folder
