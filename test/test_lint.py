@@ -146,3 +146,22 @@ def test_every_problem_is_reported_at_once(make_stack, capsys):
     ]
     with pytest.raises(BadInput, match=r"invalid \(4 problems; see `stack.sh lint`\)"):
         lint.check(stack)
+
+
+def test_upstream_tests_must_cover_every_touched_source_path(tmp_path, fake_pytorch):
+    five_patch_stack(fake_pytorch)
+    stack = Stack(tmp_path / "patches")
+    stack_from_commits(fake_pytorch, stack.dir)
+    coverage = stack.dir / "upstream-tests.toml"
+    coverage.write_text('[[cover]]\npath = "torch/csrc/autograd/"\ntests = ["test/test_autograd.py::TestAutograd"]\n'
+                        '[[cover]]\npath = "torch/autograd/"\ntests = ["test/test_autograd.py"]\n')
+    names = stack.series()
+    assert lint.findings(stack) == [  # test/ and docs/ need no covering tests
+        f"{names[2]}: torch/_functorch/_aot_autograd/runtime_wrappers.py is covered by no entry of upstream-tests.toml",
+        f"{names[3]}: torch/_dynamo/new_module.py is covered by no entry of upstream-tests.toml"]
+    coverage.write_text('[[cover]]\npath = "torch/"\ntests = ["tests/x.py", "test/y.py::Class::method"]\n'
+                        '[[cover]]\ntests = []\n')
+    [finding] = lint.findings(stack)
+    assert finding == (f"{coverage}: [[cover]] torch/: 'tests/x.py' is not test/....py or test/....py::Class; "
+                       "[[cover]] torch/: 'test/y.py::Class::method' is not test/....py or test/....py::Class; "
+                       '[[cover]] 2 needs path = "..." and tests = ["test/...", ...]')

@@ -7,6 +7,7 @@ the whole stack has applied: on a conflict it is exactly as it was.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import sys
 import tempfile
@@ -44,20 +45,28 @@ def _apply_in(worktree: Git, patches: list[Patch], rev: str, progress) -> str:
     return worktree.out("rev-parse", "HEAD")
 
 
-def apply_detached(git: Git, patches: list[Patch], sha: str, progress) -> str:
-    """Applies PATCHES on SHA in a throw-away worktree of GIT's repository; returns the new
-    head. Neither the checkout nor any branch changes; on a conflict, WorkFailed."""
+@contextlib.contextmanager
+def stacked_worktree(git: Git, patches: list[Patch], sha: str, progress):
+    """A throw-away worktree of GIT's repository with PATCHES applied on SHA, as
+    (folder, head), removed afterwards. Neither the checkout nor any branch changes; on a
+    conflict, WorkFailed."""
     # Inside the git dir: same filesystem as the checkout, and never in the user's work tree.
     tmp = Path(tempfile.mkdtemp(prefix="ndv-apply-", dir=git.out("rev-parse", "--absolute-git-dir")))
     worktree_dir = tmp / "worktree"
     try:
         progress(f"checking out {sha[:12]} in a throw-away worktree")
         git.run("worktree", "add", "--detach", "--quiet", str(worktree_dir), sha)
-        return _apply_in(Git(worktree_dir), patches, sha, progress)
+        yield worktree_dir, _apply_in(Git(worktree_dir), patches, sha, progress)
     finally:
         git.run("worktree", "remove", "--force", str(worktree_dir), check=False)
         git.run("worktree", "prune", check=False)
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def apply_detached(git: Git, patches: list[Patch], sha: str, progress) -> str:
+    """Applies PATCHES on SHA without changing the checkout or any branch; returns the new head."""
+    with stacked_worktree(git, patches, sha, progress) as (_, head):
+        return head
 
 
 def main(stack: Stack, pytorch: Path, onto: str | None = None, branch: str = DEFAULT_BRANCH,

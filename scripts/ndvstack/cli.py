@@ -72,10 +72,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="overlay a C++ patch that has no shim (its C++ is then NOT in effect)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
 
-    p = verbs.add_parser("test", help="the stack's own upstream test files, stock vs the stack",
-                         description="Run the test files the stack adds (new files under test/, taken "
-                                     "from the patches) with pytest on stock torch and with the overlay, "
-                                     "and report per test id; exit 1 if any fails with the stack.")
+    p = verbs.add_parser("test", help="the upstream tests that cover the stack, stock vs patched",
+                         description="With --pytorch: the upstream tests that patches/upstream-tests.toml "
+                                     "maps the stack's files to, and the test files the stack adds or "
+                                     "changes, from that checkout with the stack applied. Without: the "
+                                     "test files the stack adds, taken from the patches. Each runs with "
+                                     "pytest on stock torch and patched (the overlay, or --patched-python); "
+                                     "the report says per test id what newly passes and newly fails. "
+                                     "Exit 1 on a new failure or a failing test the stack adds.")
+    p.add_argument("--pytorch", type=Path, metavar="DIR", help="a pytorch git checkout to take the tests from")
+    p.add_argument("--onto", metavar="REV", help="with --pytorch: the stack onto REV instead of the base")
+    p.add_argument("--stock-python", metavar="PY", help="the stock side's python (default: this venv's torch)")
+    p.add_argument("--patched-python", metavar="PY",
+                   help="the patched side's python, e.g. a venv with the built wheel (default: the overlay)")
     p.add_argument("--junit-dir", type=Path, help="write stock.xml and stack.xml here")
 
     p = verbs.add_parser("submit", help="submit the stack upstream with ghstack, one PR per patch",
@@ -169,7 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.verb == "overlay":
             overlay.main(stack, sys.stdout, args.overlay_src, args.allow_unshimmed)
         elif args.verb == "test":
-            upstream_tests.main(stack, sys.stdout, args.junit_dir, overlay_src=args.overlay_src)
+            upstream_tests.main(stack, sys.stdout, args.junit_dir, pytorch=args.pytorch, onto=args.onto,
+                                stock_python=args.stock_python, patched_python=args.patched_python,
+                                overlay_src=args.overlay_src)
         elif args.verb == "submit":
             submit.main(stack, args.pytorch, onto=args.onto, base_branch=args.base_branch,
                         remote=args.remote, branch=args.branch)

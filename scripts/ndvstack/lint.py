@@ -6,7 +6,7 @@ import subprocess
 from pathlib import PurePosixPath
 
 from ndvstack.errors import BadInput, WorkFailed
-from ndvstack.stack import ALLOWED_FILE, SERIES_FILE, Patch, Stack
+from ndvstack.stack import ALLOWED_FILE, COVERAGE_FILE, SERIES_FILE, UNCOVERED_PREFIXES, Patch, Stack
 
 SYMLINK_MODE = "120000"
 
@@ -78,6 +78,7 @@ def findings(stack: Stack) -> list[str]:
         if name not in seen:
             problems.append(f"{name}: not listed in {SERIES_FILE}")
 
+    coverage = gather(stack.coverage)
     ids: dict[str, str] = {}
     for name in dict.fromkeys(series):
         if not (stack.dir / name).is_file():
@@ -86,6 +87,10 @@ def findings(stack: Stack) -> list[str]:
         if patch is None:
             continue
         problems += [f"{name}: {p}" for p in _patch_problems(patch, allowed)]
+        if coverage is not None:
+            problems += [f"{name}: {path} is covered by no entry of {COVERAGE_FILE}" for path in patch.touched
+                         if not path.startswith(UNCOVERED_PREFIXES) and not any(path.startswith(c.path)
+                                                                                for c in coverage)]
         pid = _patch_id(patch)
         if pid and pid in ids:
             problems.append(f"{name}: the same commit as {ids[pid]} (patch-id {pid[:12]})")

@@ -20,6 +20,9 @@ DEFAULT_PATCHES = REPO_ROOT / "patches"
 BASE_FILE = "base.toml"
 SERIES_FILE = "series"
 ALLOWED_FILE = "allowed-paths"
+COVERAGE_FILE = "upstream-tests.toml"
+# Paths that need no covering tests: tests themselves, and the docs.
+UNCOVERED_PREFIXES = ("test/", "docs/")
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _RELEASE = re.compile(r"^\d+\.\d+\.\d+$")
@@ -237,6 +240,39 @@ class Patch:
         return sorted({p for f in self.files for p in (f.old_path, f.new_path) if p})
 
 
+_TEST_ID = re.compile(r"^test/[\w/.-]+\.py(::\w+)?$")
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """One entry of upstream-tests.toml: a path prefix the stack touches, and the upstream
+    test files (or file::Class) that exercise it."""
+
+    path: str
+    tests: tuple[str, ...]
+
+
+def load_coverage(path: Path) -> list[Coverage]:
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as e:
+        raise BadInput(f"{path}: not valid TOML: {e}") from None
+    entries, problems = [], []
+    for number, entry in enumerate(data.get("cover", []), 1):
+        prefix, tests = entry.get("path"), entry.get("tests")
+        if not isinstance(prefix, str) or not isinstance(tests, list) or not tests:
+            problems.append(f"[[cover]] {number} needs path = \"...\" and tests = [\"test/...\", ...]")
+            continue
+        problems += [f"[[cover]] {prefix}: {t!r} is not test/....py or test/....py::Class"
+                     for t in tests if not isinstance(t, str) or not _TEST_ID.match(t)]
+        entries.append(Coverage(prefix, tuple(tests)))
+    unknown = sorted(set(data) - {"cover"})
+    problems += [f"unknown key {k}" for k in unknown]
+    if problems:
+        raise BadInput(f"{path}: " + "; ".join(problems))
+    return entries
+
+
 @dataclass
 class Stack:
     dir: Path
@@ -256,6 +292,11 @@ class Stack:
         if not path.is_file():
             raise BadInput(f"{path}: missing (the paths the stack may touch)")
         return read_list(path)
+
+    def coverage(self) -> list[Coverage] | None:
+        """upstream-tests.toml's entries; None if the stack has no such file."""
+        path = self.dir / COVERAGE_FILE
+        return load_coverage(path) if path.is_file() else None
 
     def patches(self) -> list[Patch]:
         """The series' patches in order. Assumes a lint-clean stack."""
