@@ -16,7 +16,7 @@ def actionlint(*files):
 
 def test_the_workflows_pass_actionlint():
     workflows = sorted((ROOT / ".github/workflows").glob("*.yml"))
-    assert [w.name for w in workflows] == ["ci.yml"]
+    assert [w.name for w in workflows] == ["ci.yml", "cuda-build.yml"]
     result = actionlint(*workflows)
     assert (result.returncode, result.stdout, result.stderr) == (0, "", "")
 
@@ -28,3 +28,13 @@ def test_actionlint_reports_a_broken_workflow(tmp_path):
     result = actionlint(broken)
     assert result.returncode == 1
     assert f"{broken}:6:" in result.stdout and "no_such_property" in result.stdout
+
+
+def test_only_the_configured_custom_runner_labels_are_accepted(tmp_path):
+    workflow = tmp_path / "labels.yml"
+    workflow.write_text("on: push\njobs:\n  test:\n    runs-on: [self-hosted, LABEL]\n    steps:\n      - run: 'true'\n")
+    workflow.write_text(workflow.read_text().replace("LABEL", "gpu"))  # listed in .github/actionlint.yaml
+    assert actionlint(workflow).returncode == 0
+    workflow.write_text(workflow.read_text().replace("gpu", "tpu"))
+    result = actionlint(workflow)
+    assert result.returncode == 1 and 'label "tpu" is unknown' in result.stdout
