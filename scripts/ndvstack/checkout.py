@@ -23,8 +23,9 @@ from ndvstack.submit import read_ghstack_config, transplant
 NEXT_STEPS = """\
 next:
   ./scripts/stack.sh run -- python {tree}/test/<a test file of the stack>   # with the stack overlaid
-  ./scripts/test.sh                                                     # its upstream tests, stock vs stack
+  ./scripts/test.sh --pytorch {tree}                 # the upstream tests that cover it, stock vs stack
   ./scripts/build.sh                                                    # the patched wheel in dist/
+  ./scripts/build.sh --from-source --pytorch {tree} --dry-run   # the source build's plan, then without --dry-run
 """
 
 
