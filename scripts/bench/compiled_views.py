@@ -1,5 +1,6 @@
 """Benchmark: per-call time of small compiled functions with view outputs, stock vs the
-stack, in one run (issues 5 and 6: patched/stock median ratio <= 1.03 per call).
+stack, in one run (issues 5 and 6: patched/stock median ratio <= 1.03 per call), with a
+control function that has no view outputs.
 
 Each side runs in its own worker process (`stack.sh run --stock` / `stack.sh run`), the
 two alternating for --rounds rounds so that drift hits both alike. A worker compiles each
@@ -41,7 +42,39 @@ def functions():
         y = x.sin()
         return y, y.view(-1)
 
-    return [no_grad_view_of_intermediate, no_grad_view_of_input, views_and_detach, plain_view]
+    def no_views(x):  # control: nothing the stack changes
+        return x.sin() * 2, x.cos()
+
+    def computed_from_no_grad_view(x):
+        y = x * 3
+        with torch.no_grad():
+            v = y.view(-1)
+        return y, v * 2
+
+    class MarkedView(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = x * 2
+            v = y.view(-1)
+            ctx.mark_non_differentiable(v)
+            return y, v
+
+        @staticmethod
+        def backward(ctx, gy, gv):
+            return gy * 2
+
+    def function_marked_view(x):
+        return MarkedView.apply(x)
+
+    def exp_and_detached_view(x):
+        y = x.exp()
+        return y, y.view(-1).detach()
+
+    def unbind_of_intermediate(x):
+        return (x * 2).unbind(0)
+
+    return [no_views, no_grad_view_of_intermediate, no_grad_view_of_input, computed_from_no_grad_view,
+            views_and_detach, plain_view, function_marked_view, exp_and_detached_view, unbind_of_intermediate]
 
 
 def worker(args) -> None:
