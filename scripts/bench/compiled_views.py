@@ -73,8 +73,12 @@ def functions():
     def unbind_of_intermediate(x):
         return (x * 2).unbind(0)
 
+    def unbind_input(x):
+        return x.unbind(0)
+
     return [no_views, no_grad_view_of_intermediate, no_grad_view_of_input, computed_from_no_grad_view,
-            views_and_detach, plain_view, function_marked_view, exp_and_detached_view, unbind_of_intermediate]
+            views_and_detach, plain_view, function_marked_view, exp_and_detached_view, unbind_of_intermediate,
+            unbind_input]
 
 
 def worker(args) -> None:

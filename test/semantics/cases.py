@@ -883,6 +883,74 @@ def inplace_on_leaf_raises(x):
 
 
 # ---------------------------------------------------------------------------
+# issue-6: more aliased + detached outputs, views of inputs (inductor)
+# ---------------------------------------------------------------------------
+
+
+class ViewOfInputFn(torch.autograd.Function):
+    """Returns a differentiable view of its input (no marking)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x.view(-1)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g.view(2, 3)
+
+
+class RowsOfInputFn(torch.autograd.Function):
+    """Returns two differentiable views of its input (no marking)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x[0], x[1]
+
+    @staticmethod
+    def backward(ctx, g0, g1):
+        return torch.stack([g0, g1])
+
+
+@case(M23, owner="issue-6")
+def detached_views_only(x):
+    y = x * 2
+    return y.detach()[0], y.detach()[1]
+
+
+@case(M23, owner="issue-6")
+def exp_and_two_detached_views(x):
+    y = x.exp()
+    return y, y.t().detach(), y[1].detach()
+
+
+@case(M23, owner="issue-6")
+def exp_and_unbind_detach(x):
+    y = x.exp()
+    return y, y.unbind(0)[1].detach()
+
+
+@case(M23, owner="issue-6")
+def chunk_input(x):
+    return x.chunk(3, dim=1)
+
+
+@case(M23, owner="issue-6")
+def fn_view_of_input(x):
+    return (ViewOfInputFn.apply(x),)
+
+
+@case(M23, owner="issue-6")
+def fn_rows_of_input(x):
+    return RowsOfInputFn.apply(x)
+
+
+@case(M23N, owner="issue-6")
+def nograd_input_out_and_views(x):
+    y = x * 3
+    return y, y.view(-1), y[1:]
+
+
+# ---------------------------------------------------------------------------
 # A C++ custom Function (torch::autograd::Function<T>), built as a torch C++
 # extension on first use: the eager fix must hold for it too. Only eager can run it.
 # ---------------------------------------------------------------------------
