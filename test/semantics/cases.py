@@ -17,6 +17,9 @@ Each Case has:
              layer-based attribution in scoreboard.owner_for
   skip_modes modes not run for this case (bugs outside this family, or a case
              that only eager can run, such as a C++ extension's Function)
+  graph      optional: the autograd_function_apply calls dynamo must capture,
+             one dict per call ({kwarg: value, "fwd_ops": names}); checked by
+             the dynamo_graph mode (harness.graph_check)
 """
 
 from dataclasses import dataclass
@@ -34,21 +37,24 @@ class Case:
     marked: tuple = ()
     issue_by_mode: dict = None
     skip_modes: tuple = ()
+    graph: list = None
 
     def make_inputs(self):
         torch.manual_seed(0)
         return tuple(
-            torch.randn(*shape).requires_grad_(rg) for shape, rg in self.inputs
+            torch.randn(shape).requires_grad_(rg) for shape, rg in self.inputs
         )
 
 
 CASES = []
 
 
-def case(inputs, grad_mode=None, owner=None, marked=(), issue_by_mode=None, skip_modes=()):
+def case(inputs, grad_mode=None, owner=None, marked=(), issue_by_mode=None, skip_modes=(),
+         graph=None):
     def deco(fn):
         CASES.append(
-            Case(fn.__name__, fn, inputs, grad_mode, owner, marked, issue_by_mode, skip_modes)
+            Case(fn.__name__, fn, inputs, grad_mode, owner, marked, issue_by_mode, skip_modes,
+                 graph)
         )
         return fn
 
@@ -59,6 +65,10 @@ V4 = [((4,), True)]  # vector requiring grad
 M23 = [((2, 3), True)]  # matrix requiring grad
 M23N = [((2, 3), False)]  # matrix not requiring grad
 M23_M23N = [((2, 3), True), ((2, 3), False)]
+S_S = [((), True), ((), True)]  # two 0-d tensors requiring grad
+S_S_S = [((), True), ((), True), ((), True)]
+V1 = [((1,), True)]
+V1N = [((1,), False)]
 
 
 # ---------------------------------------------------------------------------
@@ -247,6 +257,84 @@ class NondiffViewOfNoGradInput(torch.autograd.Function):
     def backward(ctx, gy, gv):
         (b,) = ctx.saved_tensors
         return gy * b, None
+
+
+# The Function shapes that upstream's test/dynamo/test_autograd_function.py pins
+# for mark_non_differentiable (issue-7); our own code, same marking patterns.
+
+
+class MarkSecondOfTwo(torch.autograd.Function):
+    """Two inputs both requiring grad; a = x*3, b = y*2 marked; return a, b."""
+
+    @staticmethod
+    def forward(ctx, x, y):
+        a = x * 3
+        b = y * 2
+        ctx.mark_non_differentiable(b)
+        return a, b
+
+    @staticmethod
+    def backward(ctx, ga, gb):
+        # gb is materialized zeros: y gets a zero gradient, not None.
+        return ga * 3, gb * 2
+
+
+class MarkLastTwoOfThree(torch.autograd.Function):
+    """Three inputs; return x*3, y*2, z-1, the last two marked together."""
+
+    @staticmethod
+    def forward(ctx, x, y, z):
+        a = x * 3
+        b = y * 2
+        c = z - 1
+        ctx.mark_non_differentiable(b, c)
+        return a, b, c
+
+    @staticmethod
+    def backward(ctx, ga, gb, gc):
+        return ga * 3, gb, gc
+
+
+class SaveThenMarkInput(torch.autograd.Function):
+    """Under no_grad: save_for_backward(x), then mark x; return x as-is."""
+
+    @staticmethod
+    def forward(ctx, x):
+        with torch.no_grad():
+            ctx.save_for_backward(x)
+            ctx.mark_non_differentiable(x)
+            return x
+
+    @staticmethod
+    def backward(ctx, gx):
+        return gx
+
+
+class MarkThenSaveInput(torch.autograd.Function):
+    """Same, marking before saving."""
+
+    @staticmethod
+    def forward(ctx, x):
+        with torch.no_grad():
+            ctx.mark_non_differentiable(x)
+            ctx.save_for_backward(x)
+            return x
+
+    @staticmethod
+    def backward(ctx, gx):
+        return gx
+
+
+class Identity(torch.autograd.Function):
+    """Returns its input as-is, unmarked: a differentiable alias (view_as)."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, gx):
+        return gx
 
 
 class PlainViewOut(torch.autograd.Function):
@@ -441,7 +529,7 @@ def fn_exp_saved(x):
 
 # backend="eager": in-place on the saved output is not detected, backward
 # silently uses the mutated value.
-@case(M23, owner="issue-7")
+@case(M23, owner="issue-7", graph=[{"saved_for_backward_idx": [0]}])
 def fn_exp_saved_then_view(x):
     y = ExpSaved.apply(x)
     return y, y.view(-1)
@@ -477,6 +565,61 @@ def fn_nondiff_input_returned(x):
 )
 def fn_dirty_nograd_input(x, y):
     return DirtyNoGradInput.apply(x, y)
+
+
+# Upstream test_mark_non_differentiable (its expected graph: non_differentiable_idx
+# = [1], saved_for_backward_idx = []), on 0-d inputs as there.
+@case(
+    S_S,
+    owner="issue-7",
+    marked=(1,),
+    graph=[{"non_differentiable_idx": [1], "saved_for_backward_idx": []}],
+)
+def fn_mark_second_of_two(x, y):
+    return MarkSecondOfTwo.apply(x, y)
+
+
+# Upstream test_mark_multi_output_non_differentiable.
+@case(S_S_S, owner="issue-7", marked=(1, 2), graph=[{"non_differentiable_idx": [1, 2]}])
+def fn_mark_last_two_of_three(x, y, z):
+    return MarkLastTwoOfThree.apply(x, y, z)
+
+
+# Upstream test_function_context_save_and_mark and _mark_and_save: the input
+# does not require grad, so dynamo inlines forward.
+@case(V1N, owner="issue-7")
+def fn_save_then_mark_input(x):
+    return (SaveThenMarkInput.apply(x),)
+
+
+@case(V1N, owner="issue-7")
+def fn_mark_then_save_input(x):
+    return (MarkThenSaveInput.apply(x),)
+
+
+# The same with an input that requires grad (autograd_function_apply is emitted).
+@case(V1, owner="issue-7", marked=(0,), graph=[{"non_differentiable_idx": [0]}])
+def fn_save_then_mark_input_rg(x):
+    return (SaveThenMarkInput.apply(x),)
+
+
+@case(V1, owner="issue-7", marked=(0,), graph=[{"non_differentiable_idx": [0]}])
+def fn_mark_then_save_input_rg(x):
+    return (MarkThenSaveInput.apply(x),)
+
+
+# Upstream test_aliasing_output: an unmarked input returned as-is is a new
+# alias (`y is x` is False, so sin), captured as view_as.
+@case(
+    M23,
+    owner="issue-7",
+    graph=[{"non_differentiable_idx": [], "saved_for_backward_idx": [], "fwd_ops": ["view_as"]}],
+)
+def fn_aliasing_output(x):
+    y = Identity.apply(x)
+    if y is x:
+        return (torch.cos(y),)
+    return (torch.sin(y),)
 
 
 # ---------------------------------------------------------------------------

@@ -10,9 +10,12 @@ Modes:
   compile_eager[_dyn] torch.compile(f, backend="eager", dynamic=False|True)
   aot_eager[_dyn]     torch.compile(f, backend="aot_eager", ...)
   inductor[_dyn]      torch.compile(f, backend="inductor", ...)
+  dynamo_graph        dynamo only: the graph that torch.compile(f, fullgraph=True)
+                      captures must call autograd_function_apply as the case's
+                      `graph` says (only meaningful for cases with `graph`).
 
-For every mode other than eager_abs the case is observed eagerly and compiled,
-each time on fresh inputs, and the two observations are diffed.
+For every mode other than eager_abs and dynamo_graph the case is observed eagerly
+and compiled, each time on fresh inputs, and the two observations are diffed.
 """
 
 import contextlib
@@ -33,15 +36,17 @@ COMPILED_MODES = [
 # fullgraph=True, for the cases of custom Functions under dynamo (issue 7's, which must
 # compile without a graph break): torch.compile(..., fullgraph=True), static shapes.
 FULLGRAPH_MODES = ["compile_eager_fullgraph", "aot_eager_fullgraph", "inductor_fullgraph"]
-MODES = ["eager_abs"] + COMPILED_MODES + FULLGRAPH_MODES
+MODES = ["eager_abs"] + COMPILED_MODES + FULLGRAPH_MODES + ["dynamo_graph"]
 
 
 def modes_for(case):
-    """Modes that make sense for a case (eager_abs needs marked outputs)."""
+    """Modes that make sense for a case (eager_abs needs marked outputs,
+    dynamo_graph an expected graph)."""
     return [
         m
         for m in MODES
         if (m != "eager_abs" or case.marked)
+        and (m != "dynamo_graph" or case.graph is not None)
         and (m not in FULLGRAPH_MODES or case.owner == "issue-7")
         and m not in case.skip_modes
     ]
@@ -253,6 +258,54 @@ def eager_abs_check(case):
     return d
 
 
+def _hop_calls(gm):
+    """[(kwargs, fwd body's call targets)] of each autograd_function_apply in gm."""
+    from torch._functorch.autograd_function import autograd_function_apply
+
+    calls = []
+    for node in gm.graph.find_nodes(op="call_function", target=autograd_function_apply):
+        fwd = getattr(gm, node.args[0].target)
+        targets = {
+            n.target if isinstance(n.target, str) else getattr(n.target, "__name__", str(n.target))
+            for n in fwd.graph.nodes
+            if n.op in ("call_function", "call_method")
+        }
+        calls.append((dict(node.kwargs), targets))
+    return calls
+
+
+def graph_check(case):
+    """The autograd_function_apply calls that dynamo captures for case.fn.
+
+    case.graph is a list with one dict per call, in graph order: each key other
+    than "fwd_ops" is a kwarg of the call that must have that value (such as
+    non_differentiable_idx, the outputs that forward marked), "fwd_ops" names
+    calls that the traced forward body must make (such as view_as)."""
+    graphs = []
+
+    def record(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward  # what backend="eager" does
+
+    try:
+        _call(torch.compile(case.fn, backend=record, fullgraph=True), case)
+    except Exception as e:  # noqa: BLE001
+        return ["compile: " + _err(e)]
+    calls = [c for gm in graphs for c in _hop_calls(gm)]
+    if len(calls) != len(case.graph):
+        return ["graph: %d autograd_function_apply calls, expected %d" % (len(calls), len(case.graph))]
+    d = []
+    for i, ((kwargs, targets), want) in enumerate(zip(calls, case.graph)):
+        for k, v in want.items():
+            if k == "fwd_ops":
+                missing = sorted(set(v) - targets)
+                if missing:
+                    d.append("graph[%d]: fwd body lacks %s" % (i, ", ".join(missing)))
+            elif kwargs.get(k) != v:
+                d.append("graph[%d].%s: expected %s got %s" % (i, k, v, kwargs.get(k)))
+    return d
+
+
 def compile_for(f, mode):
     fullgraph = mode.endswith("_fullgraph")
     mode = mode.removesuffix("_fullgraph")
@@ -272,6 +325,12 @@ def run_case(case, mode):
         warnings.simplefilter("ignore")
         if mode == "eager_abs":
             return eager_abs_check(case)
+        if mode == "dynamo_graph":
+            torch._dynamo.reset()
+            try:
+                return graph_check(case)
+            finally:
+                torch._dynamo.reset()
         torch._dynamo.reset()
         try:
             eager = observe(case.fn, case)

@@ -90,7 +90,7 @@ def ab(json_out=None):
 def owner_for(case, mode, results):
     """Attribute a failure to the lowest layer that shows it.
 
-    eager_abs -> issue-4; compile_eager (dynamo only) -> issue-7;
+    eager_abs -> issue-4; compile_eager and dynamo_graph (dynamo only) -> issue-7;
     aot_function -> issue-5; aot_eager -> issue-7 if compile_eager fails
     too, else issue-5; inductor -> whatever aot_eager got if it fails too,
     else issue-6.
@@ -103,7 +103,7 @@ def owner_for(case, mode, results):
         return c.issue_by_mode[base]
     if base == "eager_abs":
         return "issue-4"
-    if base == "compile_eager":
+    if base in ("compile_eager", "dynamo_graph"):
         return "issue-7"
     if base == "aot_function":
         return "issue-5"
