@@ -20,6 +20,12 @@ Each Case has:
   graph      optional: the autograd_function_apply calls dynamo must capture,
              one dict per call ({kwarg: value, "fwd_ops": names}); checked by
              the dynamo_graph mode (harness.graph_check)
+  check      optional check(case, mode) -> list[str], for an assertion the
+             eager-vs-compiled diff cannot express (the upstream-pinned cases:
+             graph output counts, grad_fn classes of regenerated views); run by
+             harness.run_case only in the modes of check_modes, its strings
+             appended to the diffs
+  check_modes  modes that run `check` (default: aot_function only)
 """
 
 from dataclasses import dataclass
@@ -38,6 +44,8 @@ class Case:
     issue_by_mode: dict = None
     skip_modes: tuple = ()
     graph: list = None
+    check: object = None
+    check_modes: tuple = ("aot_function",)
 
     def make_inputs(self):
         torch.manual_seed(0)
@@ -50,11 +58,11 @@ CASES = []
 
 
 def case(inputs, grad_mode=None, owner=None, marked=(), issue_by_mode=None, skip_modes=(),
-         graph=None):
+         graph=None, check=None, check_modes=("aot_function",)):
     def deco(fn):
         CASES.append(
             Case(fn.__name__, fn, inputs, grad_mode, owner, marked, issue_by_mode, skip_modes,
-                 graph)
+                 graph, check, check_modes)
         )
         return fn
 
@@ -1139,3 +1147,411 @@ def _cpp_function(x):
     m for base in ("aot_function", "compile_eager", "aot_eager", "inductor") for m in (base, base + "_dyn")))
 def cpp_fn_nondiff_view_of_out(x):
     return _cpp_function(x)
+
+
+# ---------------------------------------------------------------------------
+# upstream-pinned (issue 5): test/functorch/test_aotdispatch.py @ unreported (search-tool file id 54979928, 334063 chars; read_file names no commit for it)
+#
+# Regression guards: what upstream's TestAOTAutograd / TestAOTDispatch already pin
+# about outputs that alias intermediates or inputs, restated as scoreboard cases
+# (the upstream file cannot run here). The harness diff covers what upstream's
+# verify_aot_autograd compares: values, requires_grad, is_leaf, view-of-input /
+# view-of-output (here: storage aliasing), grads, and in-place on each output
+# (upstream's test_mutation=True; here ok/raise and the version counter, not the
+# value after the in-place). Upstream runs each function with inputs that do and do
+# not require grad: the `_nograd` twins. Upstream feeds non-leaf graph inputs
+# (x.add(1)) under test_mutation=True; the harness feeds leaves (no case here
+# mutates an input, so only input leaf-ness differs). Assertions the diff cannot
+# express (forward-graph output counts from the expected-inline graphs, grad_fn
+# classes, the inference graph being used) are `check`s, run in aot_function
+# (the upstream tests' own entry point) unless check_modes says otherwise.
+# ---------------------------------------------------------------------------
+
+
+def _fw_graph_outputs(fn, inputs):
+    """Outputs of the forward graph aot_function(fn) compiles (training graph)."""
+    from functorch.compile import aot_function, make_boxed_compiler, nop
+
+    graphs = []
+
+    def keep(gm, _):
+        graphs.append(gm)
+        return gm
+
+    aot_function(fn, fw_compiler=make_boxed_compiler(keep), bw_compiler=nop)(*inputs)
+    (out,) = [n for n in graphs[0].graph.nodes if n.op == "output"]
+    return len(out.args[0])
+
+
+def _fw_outputs_are(n):
+    """check: the compiled forward returns exactly n tensors: the user outputs AOTAutograd
+    keeps in the graph plus any intermediate base it must add (upstream's expected graphs;
+    none of these functions saves anything for backward)."""
+
+    def check(case, mode):
+        got = _fw_graph_outputs(case.fn, case.make_inputs())
+        return [] if got == n else ["forward graph returns %d outputs, upstream expects %d" % (got, n)]
+
+    return check
+
+
+def _grad_fn_names(outs):
+    if isinstance(outs, torch.Tensor):
+        outs = (outs,)
+    return [type(o.grad_fn).__name__ if o.grad_fn is not None else "None" for o in outs]
+
+
+def _grad_fns_are_compiled_function(case, mode):
+    """check: every output's grad_fn is the compiled Function's backward (AOTAutograd hides
+    multi-output-view aliasing from autograd instead of regenerating the views)."""
+    from functorch.compile import aot_function, nop
+
+    names = _grad_fn_names(aot_function(case.fn, nop)(*case.make_inputs()))
+    bad = [i for i, n in enumerate(names) if "CompiledFunctionBackward" not in n]
+    return ["out[%d].grad_fn is %s, upstream expects CompiledFunctionBackward" % (i, names[i]) for i in bad]
+
+
+class _UpNoViewReplay(torch.Tensor):
+    """Hides _base and _view_func, so that AOTAutograd cannot regenerate an aliased
+    output by replaying the view function; only the ViewMeta replay path is left.
+    (Made with as_subclass: on 2.13 the subclass constructor refuses a tensor that
+    already has a Python object.)"""
+
+    @property
+    def _base(self):
+        return None
+
+    @property
+    def _view_func(self):
+        return None
+
+
+def _outputs_without_replay_info(fn, inputs, hidden):
+    """aot_function(fn) whose compiled forward returns the graph outputs at `hidden`
+    wrapped in _UpNoViewReplay; called once on inputs."""
+    from functorch.compile import aot_function
+
+    def compiler(gm, _):
+        def forward(*args):
+            outs = list(gm(*args))
+            for i in hidden:
+                outs[i] = outs[i].as_subclass(_UpNoViewReplay)
+            return tuple(outs)
+
+        return forward
+
+    return aot_function(fn, fw_compiler=compiler)(*inputs)
+
+
+def _view_meta_replay(hidden, expected, same_storage=()):
+    """check: with the replay info hidden on graph outputs `hidden`, the outputs at the
+    indices of `expected` come back with those grad_fn classes (regenerated by ViewMeta
+    replay, not as_strided); `same_storage` pairs of outputs still share storage."""
+
+    def check(case, mode):
+        outs = _outputs_without_replay_info(case.fn, case.make_inputs(), hidden)
+        outs = (outs,) if isinstance(outs, torch.Tensor) else outs
+        names = _grad_fn_names(outs)
+        d = ["out[%d].grad_fn is %s, upstream expects %s" % (i, names[i], want)
+             for i, want in expected.items() if names[i] != want]
+        d += ["out[%d] and out[%d] no longer share storage" % (i, j) for i, j in same_storage
+              if outs[i].untyped_storage().data_ptr() != outs[j].untyped_storage().data_ptr()]
+        return d
+
+    return check
+
+
+# -- outputs that alias an intermediate -------------------------------------
+
+
+# upstream: test_output_aliases_intermediate_single (forward returns only the view)
+@case(M23, owner="issue-5", check=_fw_outputs_are(1))
+def up_oai_single(a):
+    return (a * 3).view(-1)
+
+
+# upstream: test_output_aliases_intermediate_single (inputs not requiring grad)
+@case(M23N, owner="issue-5")
+def up_oai_single_nograd(a):
+    return (a * 3).view(-1)
+
+
+# upstream: test_output_aliases_intermediate_multi_output_view, f1 (all outputs from one
+# multi-output view: grad_fn is CompiledFunctionBackward; backward through their sum)
+@case(M23, owner="issue-5", check=_grad_fns_are_compiled_function)
+def up_oai_multi_output_view(a):
+    return tuple((a * 3).unbind(0))
+
+
+# upstream: test_output_aliases_intermediate_multi_output_view, f2 (plus the base; the base
+# can be mutated in place, then backward through it)
+@case(M23, owner="issue-5", check=_grad_fns_are_compiled_function)
+def up_oai_multi_output_view_and_base(a):
+    out = a * 3
+    return (*out.unbind(0), out)
+
+
+# upstream: test_output_aliases_intermediate_multi_output_view, f3 (plus a plain view of
+# the base, mutated in place, then backward through it)
+@case(M23, owner="issue-5", check=_grad_fns_are_compiled_function)
+def up_oai_multi_output_view_and_view(a):
+    out = a * 3
+    return (*out.unbind(0), out.view(out.shape))
+
+
+# upstream: test_output_aliases_intermediate_multi_output_view, f4 (base and a view of it:
+# intermediate-base logic for every alias; mutate the last, backward through the last two;
+# upstream asserts no grad_fn class here)
+@case(M23, owner="issue-5")
+def up_oai_multi_output_view_base_and_view(a):
+    out = a * 3
+    return (*out.unbind(0), out, out.view(out.shape))
+
+
+def _mutation_linear_with_inductor_decomps(case, mode):
+    """check: compiled with inductor's decompositions (_unsafe_view becomes view), the
+    output can be mutated in place and matches eager after the mutation."""
+    from functorch.compile import aot_function, nop
+    from torch._inductor.decomposition import decompositions
+
+    ref = case.fn(*case.make_inputs())
+    out = aot_function(case.fn, nop, decompositions=decompositions)(*case.make_inputs())
+    ref.mul_(2)
+    out.mul_(2)
+    return [] if torch.allclose(ref, out) else ["value after out.mul_(2) differs from eager"]
+
+
+# upstream: test_output_aliases_intermediate_mutation_linear
+@case(M23, owner="issue-5", check=_mutation_linear_with_inductor_decomps)
+def up_oai_mutation_linear(x):
+    return (x + 1).view(-1)
+
+
+# upstream: test_output_aliases_intermediate_no_grad (the view's base does not require
+# grad: no intermediate base is added to the forward, which returns (view, add))
+@case([((2, 3), False), ((2, 3), True)], owner="issue-5", check=_fw_outputs_are(2))
+def up_oai_no_grad(a, b):
+    return (a * 3).view(-1), b.add(1)
+
+
+# upstream: test_output_aliases_intermediate_no_grad (no input requires grad)
+@case([((2, 3), False), ((2, 3), False)], owner="issue-5")
+def up_oai_no_grad_nograd(a, b):
+    return (a * 3).view(-1), b.add(1)
+
+
+# upstream: test_output_aliases_intermediate_returned_multiple_times
+@case(M23, owner="issue-5")
+def up_oai_returned_multiple_times(a):
+    out = a * 3
+    return out, out.view(-1), out
+
+
+# upstream: test_output_aliases_intermediate_returned_multiple_times (no grad)
+@case(M23N, owner="issue-5")
+def up_oai_returned_multiple_times_nograd(a):
+    out = a * 3
+    return out, out.view(-1), out
+
+
+# upstream: test_output_aliases_intermediate_multiple (two views, the base added to the
+# forward: (view, view_1, mul))
+@case(M23, owner="issue-5", check=_fw_outputs_are(3))
+def up_oai_multiple(a):
+    out = a * 3
+    return out.view(-1), out.view(-1)
+
+
+# upstream: test_output_aliases_intermediate_multiple (no grad)
+@case(M23N, owner="issue-5")
+def up_oai_multiple_nograd(a):
+    out = a * 3
+    return out.view(-1), out.view(-1)
+
+
+# upstream: test_output_aliases_intermediate_and_returned (forward: (view, mul))
+@case(M23, owner="issue-5", check=_fw_outputs_are(2))
+def up_oai_and_returned(a):
+    out = a * 3
+    return out.view(-1), out
+
+
+# upstream: test_output_aliases_intermediate_and_returned (no grad)
+@case(M23N, owner="issue-5")
+def up_oai_and_returned_nograd(a):
+    out = a * 3
+    return out.view(-1), out
+
+
+# upstream: test_output_aliases_intermediate_and_returned_flipped (forward: (mul, view))
+@case(M23, owner="issue-5", check=_fw_outputs_are(2))
+def up_oai_and_returned_flipped(a):
+    out = a * 3
+    return out, out.view(-1)
+
+
+# upstream: test_output_aliases_intermediate_and_returned_flipped (no grad)
+@case(M23N, owner="issue-5")
+def up_oai_and_returned_flipped_nograd(a):
+    out = a * 3
+    return out, out.view(-1)
+
+
+# upstream: test_output_aliases_intermediate_and_returned_different_grad (a detached
+# select of the base too; forward: (view, mul, detach))
+@case(M23, owner="issue-5", check=_fw_outputs_are(3))
+def up_oai_and_returned_different_grad(a):
+    out = a * 3
+    return out.view(-1), out, out[0].detach()
+
+
+# upstream: test_output_aliases_intermediate_and_returned_different_grad (no grad)
+@case(M23N, owner="issue-5")
+def up_oai_and_returned_different_grad_nograd(a):
+    out = a * 3
+    return out.view(-1), out, out[0].detach()
+
+
+# upstream: test_output_aliases_intermediate_inplace_view_with_detach (t_() then detach_():
+# a plain non-alias output; forward: (t, add))
+@case(M23, owner="issue-5", check=_fw_outputs_are(2))
+def up_oai_inplace_view_with_detach(a):
+    out = a * 3
+    out.t_()
+    out.detach_()
+    return out, a + 1
+
+
+# upstream: test_output_aliases_intermediate_inplace_view_with_detach (no grad)
+@case(M23N, owner="issue-5")
+def up_oai_inplace_view_with_detach_nograd(a):
+    out = a * 3
+    out.t_()
+    out.detach_()
+    return out, a + 1
+
+
+# upstream: test_output_aliases_intermediate_multiple_mixed (views of two intermediates;
+# forward: (view, transpose, transpose_1, mul): only mul, with two aliases, is added)
+@case(M23, owner="issue-5", check=_fw_outputs_are(4))
+def up_oai_multiple_mixed(a):
+    out1 = a * 3
+    out2 = a * 4
+    return out1.view(-1), out2.transpose(1, 0), out1.transpose(1, 0)
+
+
+# upstream: test_output_aliases_intermediate_multiple_mixed (no grad)
+@case(M23N, owner="issue-5")
+def up_oai_multiple_mixed_nograd(a):
+    out1 = a * 3
+    out2 = a * 4
+    return out1.view(-1), out2.transpose(1, 0), out1.transpose(1, 0)
+
+
+# -- outputs that do not require grad, custom Function returning its input ---
+
+
+# upstream: test_some_outputs_dont_require_grad_view
+@case([((2, 3), True), ((2, 3), True)], owner="issue-5")
+def up_some_outputs_dont_require_grad_view(a, b):
+    return a.detach(), b
+
+
+class _UpReturnsInput(torch.autograd.Function):
+    """forward returns its input as-is (no mark_dirty); backward halves the gradient."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x
+
+    @staticmethod
+    def backward(ctx, gx):
+        return gx * 0.5
+
+
+# upstream: test_input_output_aliase_custom_autograd_function
+@case(M23, owner="issue-5")
+def up_input_output_alias_custom_fn(x):
+    return _UpReturnsInput.apply(x)
+
+
+# -- views under no_grad ------------------------------------------------------
+
+
+def _no_grad_views_inference_graph(case, mode):
+    """check: called under no_grad on a non-leaf input that requires grad, aot_function
+    runs its inference graph, and each output's requires_grad matches eager (the view
+    keeps requires_grad=True)."""
+    from functorch.compile import aot_function, make_boxed_compiler, nop
+
+    graphs = []
+
+    def keep(gm, _):
+        graphs.append(gm)
+        return gm
+
+    compiled = aot_function(case.fn, nop, inference_compiler=make_boxed_compiler(keep))
+    (leaf,) = case.make_inputs()
+    ref_x, x = leaf.clone(), leaf.clone()  # cloned outside no_grad: they require grad
+    with torch.no_grad():
+        ref = case.fn(ref_x)
+        out = compiled(x)
+    d = [] if graphs else ["the inference graph was not used"]
+    d += ["out[%d].requires_grad: eager=%s compiled=%s" % (i, r.requires_grad, o.requires_grad)
+          for i, (r, o) in enumerate(zip(ref, out)) if r.requires_grad != o.requires_grad]
+    return d
+
+
+# upstream: test_aot_dispatch_output_requires_grad_in_no_grad_views
+@case(M23, grad_mode="no_grad", owner="issue-5", check=_no_grad_views_inference_graph)
+def up_aot_dispatch_output_requires_grad_in_no_grad_views(x):
+    return x.view(-1), x.sin()
+
+
+# -- view regeneration by ViewMeta replay -------------------------------------
+
+
+# upstream: test_output_aliases_input_view_meta_replay
+@case(M23, owner="issue-5", check=_view_meta_replay((0,), {0: "ViewBackward0"}))
+def up_output_aliases_input_view_meta_replay(a):
+    return a.view(-1)
+
+
+# upstream: test_output_aliases_intermediate_view_meta_replay
+@case(M23, owner="issue-5",
+      check=_view_meta_replay((0, 1), {0: "ViewBackward0", 1: "ViewBackward0"}))
+def up_output_aliases_intermediate_view_meta_replay(a):
+    b = a.clone()
+    return b.view(-1), b.view(-1)
+
+
+# upstream: test_output_aliases_output_view_meta_replay
+@case(M23, owner="issue-5",
+      check=_view_meta_replay((1,), {1: "ViewBackward0"}, same_storage=((0, 1),)))
+def up_output_aliases_output_view_meta_replay(a):
+    b = a.add(10)
+    return b, b.view(-1)
+
+
+def _dynamic_view_meta_replay(case, mode):
+    """check: torch.compile(inductor) with assume_static_by_default=False and the view
+    size a runtime argument: the output viewed with a symbolic size is regenerated by
+    as_strided (AsStridedBackward0), the view(-1) one by replay (ViewBackward0)."""
+    from unittest.mock import patch
+
+    def g(a, size):
+        return a.view(size), a.view(-1)
+
+    with patch("torch._dynamo.config.assume_static_by_default", False):
+        outs = torch.compile(g, backend="inductor")(*case.make_inputs(), (6,))
+    names = _grad_fn_names(outs)
+    want = ["AsStridedBackward0", "ViewBackward0"]
+    return ["out[%d].grad_fn is %s, upstream expects %s" % (i, n, w)
+            for i, (n, w) in enumerate(zip(names, want)) if n != w]
+
+
+# upstream: test_dynamic_output_aliases_input_view_meta_replay (the harness runs the view
+# with a fixed size; the check, in inductor_dyn, passes the size as an argument)
+@case(M23, owner="issue-5", check=_dynamic_view_meta_replay, check_modes=("inductor_dyn",))
+def up_dynamic_output_aliases_input_view_meta_replay(a):
+    return a.view(6), a.view(-1)

@@ -337,4 +337,21 @@ def run_case(case, mode):
             compiled = observe(compile_for(case.fn, mode), case)
         finally:
             torch._dynamo.reset()
-        return diff_records(eager, compiled)
+        d = diff_records(eager, compiled)
+        if case.check is not None and mode in case.check_modes:
+            d += _run_check(case, mode)
+        return d
+
+
+def _run_check(case, mode):
+    """A case's own extra assertion (cases.Case.check); only the cases that set one.
+
+    Each returned string is prefixed "check: "; an exception is a difference too."""
+    try:
+        found = case.check(case, mode)
+    except Exception as e:  # noqa: BLE001
+        msg = str(e).strip()
+        found = ["%s (%s)" % (_err(e), msg.splitlines()[0][:160] if msg else "")]
+    finally:
+        torch._dynamo.reset()
+    return ["check: " + s for s in found]
