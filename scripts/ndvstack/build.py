@@ -13,6 +13,7 @@ dist/ by rename.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shlex
@@ -28,7 +29,7 @@ from ndvstack.atomic import build_dir
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.git import Git
 from ndvstack.host import GIB, Host, dotted, free_at, version_in
-from ndvstack.layers import Plan as LayerPlan, manifest, sha256
+from ndvstack.layers import Plan as LayerPlan, manifest
 from ndvstack.overlay import stack_label
 from ndvstack.repo import open_checkout, require_base, require_clean, require_commit
 from ndvstack.stack import Stack
@@ -67,7 +68,8 @@ class Options:
 @dataclass
 class BuildPlan:
     checkout: Path
-    onto: str
+    sha: str  # the commit the stack goes onto
+    onto: str  # the same, described: "<sha> (the base, v2.13.0)" or "<sha> (REV)"
     patches: list
     version: str
     era: str
@@ -222,7 +224,7 @@ def _compiler_cache(host: Host, wanted: str | None, remote: str | None, worktree
                     cuda: bool) -> tuple[dict[str, str], str]:
     """The launcher environment and a description of it."""
     names = [wanted] if wanted else ["ccache", "sccache"]
-    found = [(name, host.which(name)) for name in names if host.which(name)]
+    found = [(name, path) for name in names if (path := host.which(name))]
     if not found:
         raise BadInput(f"{' or '.join(names)} not found on PATH; install it (e.g. apt install ccache): "
                        f"without a compiler cache every rebuild starts from zero")
@@ -259,6 +261,11 @@ def _remote_cache(name: str, version, url: str) -> dict[str, str]:
     raise BadInput(f"--remote-cache {url!r}: sccache takes s3://BUCKET/PREFIX, gs://BUCKET/PREFIX or redis://HOST")
 
 
+def _python_first(env: dict[str, str], python: str) -> dict[str, str]:
+    """ENV with PYTHON's bin folder first on PATH, as the build runs (render() shows it so)."""
+    return {**env, "PATH": f"{Path(python).parent}:{env.get('PATH', '')}"}
+
+
 def _release(git: Git, sha: str, stack: Stack) -> str:
     text = git.run("show", f"{sha}:version.txt", check=False).stdout.strip()
     return text.split("+")[0] if text else stack.base.release
@@ -281,9 +288,7 @@ def preflight(stack: Stack, options: Options, host: Host) -> BuildPlan:
     era, requires = _era(git, sha)
     python, python_version = _python(host, options.python)
     _build_requirements(host, python, requires)
-    path = f"{Path(python).parent}:{host.env.get('PATH', '')}"  # the python's own cmake, ninja first
-    tools = Host(env={**host.env, "PATH": path}, cpus=host.cpus, memory_bytes=host.memory_bytes,
-                 free_bytes=host.free_bytes)
+    tools = dataclasses.replace(host, env=_python_first(host.env, python))  # its own cmake, ninja first
     cmake, cmake_version = _tool(tools, "cmake", MIN_CMAKE, "pip install 'cmake>=3.27' or your system's")
     ninja, ninja_version = _tool(tools, "ninja", MIN_NINJA, "pip install ninja")
     kind = "cpu" if options.cpu else "cuda"
@@ -324,7 +329,7 @@ def preflight(stack: Stack, options: Options, host: Host) -> BuildPlan:
     facts.append(("disk", f"{free} GiB free at {build_root}, about {need} GiB needed"))
     version = f"{_release(git, sha, stack)}+{tag}.{stack_label(stack, '')}"
     env.update(PYTORCH_BUILD_VERSION=version, PYTORCH_BUILD_NUMBER="1")
-    return BuildPlan(checkout=git.cwd, onto=onto, patches=stack.patches(), version=version, era=era,
+    return BuildPlan(checkout=git.cwd, sha=sha, onto=onto, patches=stack.patches(), version=version, era=era,
                      python=python, worktree=worktree, log=build_root / "build.log", dist=options.dist,
                      reuse=reuse, facts=facts, env=dict(sorted(env.items())), submodules=submodules)
 
@@ -337,7 +342,6 @@ def _is_worktree_of(git: Git, path: Path) -> bool:
 
 def render(plan: BuildPlan) -> str:
     """The plan as `--dry-run` prints it: the same inputs give the same text."""
-    sha = plan.onto.split()[0]
     lines = ["from-source build plan (dry run: nothing was run or changed)",
              f"  {'checkout':10s} {plan.checkout}",
              f"  {'onto':10s} {plan.onto}",
@@ -350,7 +354,7 @@ def render(plan: BuildPlan) -> str:
     lines.append(f"  PATH={Path(plan.python).parent}:$PATH")
     wt = plan.worktree
     lines += ["steps:",
-              f"  1. git am --3way {len(plan.patches)} patches onto {sha[:12]} in a throw-away worktree; "
+              f"  1. git am --3way {len(plan.patches)} patches onto {plan.sha[:12]} in a throw-away worktree; "
               f"git update-ref {BUILD_REF} <the result>",
               f"  2. git -C {wt} checkout --detach {BUILD_REF}  (reused: its build/ is kept)" if plan.reuse else
               f"  2. git worktree add --detach {wt} {BUILD_REF}",
@@ -388,8 +392,7 @@ def _show_progress(text: str) -> None:
 def execute(stack: Stack, plan: BuildPlan, host: Host, progress, show=_show_progress) -> Path:
     start = time.monotonic()
     git = Git(plan.checkout)
-    sha = plan.onto.split()[0]
-    head = apply.apply_detached(git, plan.patches, sha, progress)
+    head = apply.apply_detached(git, plan.patches, plan.sha, progress)
     git.run("update-ref", BUILD_REF, head)
     plan.worktree.parent.mkdir(parents=True, exist_ok=True)
     if plan.reuse:
@@ -404,7 +407,7 @@ def execute(stack: Stack, plan: BuildPlan, host: Host, progress, show=_show_prog
     _update_submodules(plan.checkout, plan.worktree, plan.submodules, progress)
 
     shutil.rmtree(plan.out, ignore_errors=True)
-    env = {**host.env, **plan.env, "PATH": f"{Path(plan.python).parent}:{host.env.get('PATH', '')}"}
+    env = _python_first({**host.env, **plan.env}, plan.python)
     progress(f"build: {shlex.join(plan.build_command())} (log: {plan.log})")
     status, error = buildlog.stream(plan.build_command(), plan.worktree, env, plan.log, show)
     if sys.stderr.isatty():
@@ -421,14 +424,11 @@ def _publish_wheel(stack: Stack, plan: BuildPlan, built: Path, head: str, second
     data = manifest(LayerPlan(plan.patches), stack.base, "source", label, None,
                     {"pytorch": str(plan.checkout), "onto": plan.onto, "commit": head, "era": plan.era,
                      "environment": {k: _shown(k, v) for k, v in plan.env.items()}})
-    data["wheel"] = {"file": built.name, "sha256": sha256(built)}
     tmp = build_dir(plan.dist.parent, "ndv-wheel")
     try:
         staged = tmp / built.name  # a copy on dist's filesystem, so the publish is renames only
         shutil.copyfile(built, staged)
-        manifest_file = tmp / f"{built.name}.json"
-        manifest_file.write_text(json.dumps(data, indent=2) + "\n")
-        publish([staged, manifest_file], plan.dist, tmp)
+        publish(staged, data, plan.dist, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     progress(f"build: {plan.dist / built.name} ({seconds:.0f}s)")

@@ -17,6 +17,7 @@ stack adds.
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -209,8 +210,7 @@ def main(stack: Stack, out, junit_dir: Path | None = None, progress=lambda msg: 
     for name, python in (("stock", stock_python), ("patched", patched_python)):
         if python and not Path(python).is_file():
             raise BadInput(f"--{name}-python {python}: no such python")
-    def sides():
-        return make_sides(stack, stock_python, patched_python, **overlay_options)
+    sides = functools.partial(make_sides, stack, stock_python, patched_python, **overlay_options)
     if pytorch is None:
         return from_patches(stack, out, junit_dir, sides, progress)
     return from_checkout(stack, pytorch, out, junit_dir, onto, sides, progress)

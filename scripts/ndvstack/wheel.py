@@ -53,15 +53,20 @@ def release_wheel(base: Base, cache: Path, given: Path | None, progress) -> Path
     return given
 
 
-def publish(files: list[Path], dist: Path, tmp: Path) -> None:
-    """dist/ becomes its old content less any torch wheel, plus FILES, in one step."""
+def publish(built: Path, data: dict, dist: Path, tmp: Path) -> None:
+    """dist/ becomes its old content less any torch wheel, plus BUILT and its manifest
+    <wheel>.json (DATA, with the wheel's name and sha256 added), in one step. BUILT must
+    be on dist's filesystem; TMP is a build_dir() beside dist."""
+    data["wheel"] = {"file": built.name, "sha256": sha256(built)}
+    manifest_file = built.parent / f"{built.name}.json"
+    manifest_file.write_text(json.dumps(data, indent=2) + "\n")
     new = tmp / "dist"
     new.mkdir()
     if dist.is_dir():
         for item in dist.iterdir():
             if not (item.name.startswith("torch-") and item.name.endswith((".whl", ".whl.json"))):
                 (os.link if item.is_file() else shutil.copytree)(item, new / item.name)
-    for path in files:
+    for path in (built, manifest_file):
         os.rename(path, new / path.name)
     if dist.is_dir():
         exchange(new, dist)  # the old dist/ is now at NEW, removed with TMP
@@ -106,11 +111,8 @@ def main(stack: Stack, dist: Path = DEFAULT_DIST, given_wheel: Path | None = Non
         (tmp / "out").mkdir()
         _run_wheel("pack", "--local-version", label, "--dest-dir", str(tmp / "out"), str(root))
         [built] = (tmp / "out").iterdir()
-        data["wheel"] = {"file": built.name, "sha256": sha256(built)}
-        manifest_file = tmp / "out" / f"{built.name}.json"
-        manifest_file.write_text(json.dumps(data, indent=2) + "\n")
         progress(f"wheel: publishing into {dist} ...")
-        publish([built, manifest_file], dist, tmp)
+        publish(built, data, dist, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     progress(f"wheel: {dist / built.name} ({time.monotonic() - start:.0f}s)")
