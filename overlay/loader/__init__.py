@@ -4,8 +4,9 @@ Installed as torch/_ndv_overlay/ by the overlay and the patched wheel, and impor
 line added at the top of torch/__init__.py: it loads the stack's native shims with
 RTLD_GLOBAL before torch._C, so their definitions are the ones torch binds. A line at
 the end of torch/__init__.py calls verify(), which fails the import if a shim is not
-what torch's Python bindings actually call. Standard library only: torch is half
-imported when this runs.
+what torch's Python bindings actually call. With `--cpp-from`, the C++ patches' compiled
+text stands in for the shims and is loaded and checked the same way. Standard library
+only: torch is half imported when this runs.
 """
 
 import ctypes
@@ -34,8 +35,8 @@ def verify():
                 reason = {0: "binds another definition (was torch loaded before the shim?)",
                           -1: "is not loaded or does not import it",
                           -2: "has not bound it yet (lazy binding)"}.get(verdict, f"answered {verdict}")
-                raise ImportError(f"ndvstack overlay: shim {shim['name']} ({shim['patch']}) is not in "
-                                  f"effect: {shim['bound_in']} {reason} for {symbol}")
+                raise ImportError(f"ndvstack overlay: {shim.get('kind', 'shim')} {shim['name']} "
+                                  f"({shim['patch']}) is not in effect: {shim['bound_in']} {reason} for {symbol}")
 
 
 def calls(name):

@@ -9,12 +9,16 @@ import sys
 from pathlib import Path
 
 from ndvstack import (apply, basetree, build, checkout, export, lint, overlay, run, status, submit,
-                      upstream_tests, wheel)
+                      upstream_tests, verify_cpp, wheel)
 from ndvstack.repo import DEFAULT_BRANCH
 from ndvstack.errors import BadInput, StackError
 from ndvstack.git import GitError
 from ndvstack.layers import DEFAULT_OVERLAY_SRC
 from ndvstack.stack import DEFAULT_PATCHES, Stack
+
+
+CPP_FROM_HELP = ("the C++ patches' own text, compiled, in place of their shims: PATH is a pytorch "
+                 "checkout or a folder holding the touched files (see verify-cpp)")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -70,6 +74,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--stock", action="store_true", help="run on the unmodified torch")
     p.add_argument("--allow-unshimmed", action="store_true",
                    help="overlay a C++ patch that has no shim (its C++ is then NOT in effect)")
+    p.add_argument("--cpp-from", type=Path, metavar="PATH", help=CPP_FROM_HELP)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
 
     p = verbs.add_parser("test", help="the upstream tests that cover the stack, stock vs patched",
@@ -86,6 +91,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--patched-python", metavar="PY",
                    help="the patched side's python, e.g. a venv with the built wheel (default: the overlay)")
     p.add_argument("--junit-dir", type=Path, help="write stock.xml and stack.xml here")
+    p.add_argument("--cpp-from", type=Path, metavar="PATH", help=CPP_FROM_HELP)
+
+    p = verbs.add_parser("verify-cpp", help="verify the C++ patch text by compiling it, not only its shim",
+                         description="Apply each C++ patch's hunks to the base text from --source (no "
+                                     "fuzz), compile each touched file against the installed wheel with "
+                                     "the shims' flags, check it defines the symbols overlay/shims.toml "
+                                     "names and is safe to load beside libtorch, then run the stack's "
+                                     "tests with the shims and with the compiled text in their place. "
+                                     "Exit 1 if a hunk does not apply, a check fails or a test's "
+                                     "outcome differs.")
+    p.add_argument("--source", type=Path, metavar="PATH",
+                   help="a pytorch checkout (its files at the base) or a folder holding the touched "
+                        "files at their repo paths")
+    p.add_argument("--tests", action="append", metavar="FILE",
+                   help="only this test file the stack adds (repeatable; default: all of them)")
+    p.add_argument("--junit-dir", type=Path, help="write shim.xml and text.xml here")
 
     p = verbs.add_parser("submit", help="submit the stack upstream with ghstack, one PR per patch",
                          description="Preflight (lint, a clean checkout whose remote is the upstream "
@@ -180,7 +201,10 @@ def main(argv: list[str] | None = None) -> int:
         elif args.verb == "test":
             upstream_tests.main(stack, sys.stdout, args.junit_dir, pytorch=args.pytorch, onto=args.onto,
                                 stock_python=args.stock_python, patched_python=args.patched_python,
-                                overlay_src=args.overlay_src)
+                                overlay_src=args.overlay_src, cpp_from=args.cpp_from)
+        elif args.verb == "verify-cpp":
+            verify_cpp.main(stack, args.source, sys.stdout, args.overlay_src, tests=args.tests,
+                            junit_dir=args.junit_dir)
         elif args.verb == "submit":
             submit.main(stack, args.pytorch, onto=args.onto, base_branch=args.base_branch,
                         remote=args.remote, branch=args.branch)
@@ -198,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                        allow_unshimmed=args.allow_unshimmed)
         elif args.verb == "run":
             return run.main(stack, args.command, stock=args.stock, overlay_src=args.overlay_src,
-                            allow_unshimmed=args.allow_unshimmed)
+                            allow_unshimmed=args.allow_unshimmed, cpp_from=args.cpp_from)
     except StackError as e:
         print(f"error: {e}", file=sys.stderr)
         return e.exit_code

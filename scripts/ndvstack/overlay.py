@@ -19,10 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-from ndvstack import lint, shims
+from ndvstack import cpp_text, lint, shims
 from ndvstack.atomic import build_dir
 from ndvstack.basetree import require_base_torch
-from ndvstack.layers import DEFAULT_OVERLAY_SRC, lay_into, make_plan, manifest, patched_files
+from ndvstack.installed import InstalledTorch
+from ndvstack.layers import DEFAULT_OVERLAY_SRC, lay_into, make_plan, manifest, patched_files, sha256
 from ndvstack.stack import Stack
 
 
@@ -71,17 +72,27 @@ def _link_tree(source: Path, target: Path) -> None:
 
 
 def ensure(stack: Stack, overlay_src: Path = DEFAULT_OVERLAY_SRC, cache: Path | None = None,
-           allow_unshimmed: bool = False, progress=lambda msg: print(msg, file=sys.stderr)) -> Path:
-    """The overlay's folder for the stack over the installed torch, built if not cached.
-    Put it first on PYTHONPATH."""
+           allow_unshimmed: bool = False, progress=lambda msg: print(msg, file=sys.stderr),
+           cpp_from: Path | None = None, torch: InstalledTorch | None = None,
+           toolchain: shims.Toolchain | None = None) -> Path:
+    """The overlay's folder for the stack over the installed torch (or TORCH), built if not
+    cached. Put it first on PYTHONPATH. With CPP_FROM (a source: see cpp_text), the C++
+    patches' own text, compiled, stands in for their shims."""
     cache = cache or default_cache()
     start = time.monotonic()
     lint.check(stack)
     base = stack.base
-    torch = require_base_torch(base)
+    torch = torch or require_base_torch(base)
     torch_dir = Path(torch.location)
     builds = cache / "overlays"
     key = overlay_key(stack, overlay_src, torch_dir, allow_unshimmed)
+    texts = None
+    if cpp_from is not None:  # compiled (or found in the cache) first: the overlay depends on it
+        toolchain = toolchain or shims.Toolchain.detect()
+        texts, _, where = cpp_text.build(stack.patches(), shims.load_shims(overlay_src), cpp_from, base,
+                                         overlay_src, toolchain, cache, progress)
+        key = hashlib.sha256(f"{key}\0{where}".encode() +
+                             b"".join(sha256(t.library).encode() for t in texts)).hexdigest()
     final = builds / key[:32]
     if (final / "torch").is_dir():
         progress(f"overlay: up to date ({final}, {time.monotonic() - start:.2f}s)")
@@ -90,11 +101,17 @@ def ensure(stack: Stack, overlay_src: Path = DEFAULT_OVERLAY_SRC, cache: Path | 
     patches = stack.patches()
     plan = make_plan(patches, shims.load_shims(overlay_src), allow_unshimmed)
     patched = patched_files(plan, torch_dir.parent)
-    toolchain = shims.Toolchain.detect() if plan.shims else None
-    libraries = {shim.name: shims.build(shim, toolchain, cache, progress) for shim in plan.shims}
+    if plan.shims and texts is None:
+        toolchain = toolchain or shims.Toolchain.detect()
+        libraries = {shim.name: shims.build(shim, toolchain, cache, progress) for shim in plan.shims}
+    else:
+        libraries = {t.name: t.library for t in texts or []}
     label = stack_label(stack, torch.version)
     data = manifest(plan, base, "overlay", label, toolchain,
                     {"torch": torch.version, "git_version": torch.git_version, "site": str(torch_dir)})
+    if texts is not None:
+        data["shims"] = cpp_text.manifest_entries(texts)
+        data["cpp_from"] = where
 
     tmp = build_dir(builds, "building")
     try:
@@ -107,7 +124,8 @@ def ensure(stack: Stack, overlay_src: Path = DEFAULT_OVERLAY_SRC, cache: Path | 
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    progress(f"overlay: {len(patched)} Python files, {len(libraries)} shims, {len(plan.skipped)} "
+    native = "compiled C++ texts" if texts is not None else "shims"
+    progress(f"overlay: {len(patched)} Python files, {len(libraries)} {native}, {len(plan.skipped)} "
              f"hunks skipped -> {final} ({time.monotonic() - start:.1f}s)")
     return final
 
@@ -118,7 +136,7 @@ def main(stack: Stack, out, overlay_src: Path = DEFAULT_OVERLAY_SRC, allow_unshi
     for path, names in data["overlaid"].items():
         print(f"overlaid {path} ({', '.join(names)})", file=out)
     for shim in data["shims"]:
-        print(f"shim {shim['name']} for {shim['patch']}", file=out)
+        print(f"{shim.get('kind', 'shim')} {shim['name']} for {shim['patch']}", file=out)
     for skipped in data["skipped"]:
         print(f"skipped {skipped['path']} ({skipped['patch']}, {skipped['hunks']} hunks): "
               f"{skipped['reason']}", file=out)

@@ -33,6 +33,8 @@ def main(stack: Stack, command: list[str], stock: bool = False, **overlay_option
         command = command[1:]
     if not command:
         raise BadInput("run: give the command after --, e.g. run -- python -c 'import torch'")
+    if stock and overlay_options.get("cpp_from"):
+        raise BadInput("run: --cpp-from lays the C++ patch text over torch; --stock runs without the stack")
     env = environment(stack, stock, **overlay_options)
     try:
         return subprocess.run(command, env=env).returncode

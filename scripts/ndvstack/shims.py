@@ -80,11 +80,14 @@ class Toolchain:
                            f"the stack's C++ patches need their shims compiled")
         version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
         # Importing torch is the slow part of a cold build; a warm one never gets here.
+        import torch
         from torch.utils import cpp_extension
         includes = [flag for path in cpp_extension.include_paths() for flag in ("-isystem", path)]
         [torch_lib] = cpp_extension.library_paths()[:1]
+        # The std::string ABI the wheel was built with (cpp_extension passes the same define).
+        abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
         return cls(cxx, version.splitlines()[0] if version else "unknown",
-                   ("-O2", "-std=c++20", "-fPIC", "-shared", *includes),
+                   ("-O2", "-std=c++20", "-fPIC", abi, "-shared", *includes),
                    (f"-L{torch_lib}", "-Wl,-rpath,$ORIGIN/../lib", "-Wl,--no-as-needed",
                     "-lc10", "-ltorch_cpu", "-ldl"),
                    torch_lib)
@@ -102,9 +105,15 @@ def shim_key(shim: Shim, toolchain_id: str) -> str:
     return digest.hexdigest()
 
 
-def defined_symbols(library: Path) -> set[str]:
+def exported_symbols(library: Path) -> dict[str, str]:
+    """The dynamic symbols LIBRARY defines -> their nm type (T function, W weak, D/B data, ...)."""
     result = subprocess.run(["nm", "-D", "--defined-only", str(library)], capture_output=True, text=True)
-    return {line.split()[-1] for line in result.stdout.splitlines() if line.strip()}
+    rows = (line.split() for line in result.stdout.splitlines())
+    return {row[-1]: row[-2] for row in rows if len(row) >= 2}
+
+
+def defined_symbols(library: Path) -> set[str]:
+    return set(exported_symbols(library))
 
 
 def build(shim: Shim, toolchain: Toolchain, cache: Path, progress) -> Path:

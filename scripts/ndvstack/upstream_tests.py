@@ -207,6 +207,8 @@ def main(stack: Stack, out, junit_dir: Path | None = None, progress=lambda msg: 
     lint.check(stack)
     if onto and pytorch is None:
         raise BadInput("--onto needs --pytorch DIR")
+    if patched_python and overlay_options.get("cpp_from"):
+        raise BadInput("--cpp-from is for the overlay; --patched-python brings its own torch")
     for name, python in (("stock", stock_python), ("patched", patched_python)):
         if python and not Path(python).is_file():
             raise BadInput(f"--{name}-python {python}: no such python")
