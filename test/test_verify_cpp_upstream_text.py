@@ -20,6 +20,8 @@ CUSTOM_FUNCTION = "torch/csrc/autograd/custom_function.cpp"
 V2_13 = SHARED_CPP / "custom_function.v2.13-reconstruction.cpp"
 NEWER = SHARED_CPP / "custom_function.newer.cpp"
 STACK = Stack(DEFAULT_PATCHES)
+# All the stack's test files unless restricted (space-separated paths, e.g. for a tighter CI budget).
+TESTS = os.environ.get("NDV_VERIFY_CPP_TESTS", "").split() or None
 
 
 def needs(text: Path):
@@ -41,13 +43,14 @@ def patches_touching(path: str) -> list[str]:
 @needs(V2_13)
 def test_the_stacks_cpp_text_on_v2_13_gives_the_shims_outcome_on_every_stack_test(tmp_path):
     out = io.StringIO()
-    result = verify_cpp.main(STACK, source_with(tmp_path / "source", V2_13), out, progress=quiet)
-    print(out.getvalue())
+    result = verify_cpp.main(STACK, source_with(tmp_path / "source", V2_13), out, tests=TESTS, progress=quiet)
+    print(out.getvalue())  # the report, for pytest -s and for a failure's captured output
     [text] = result.texts
     assert text.unit == CUSTOM_FUNCTION and text.patches == patches_touching(CUSTOM_FUNCTION)
     assert text.initialisers and not text.new
     shim, compiled = result.outcomes["shim"], result.outcomes["text"]
-    assert shim == compiled and len(shim) > 200 and set(shim.values()) == {"passed"}
+    assert shim == compiled and set(shim.values()) == {"passed"}
+    assert len(shim) > (10 if TESTS else 200)  # every test of the files that ran, not a handful
 
 
 @needs(NEWER)
