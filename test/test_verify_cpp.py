@@ -91,7 +91,8 @@ def test_a_hunk_that_does_not_apply_names_the_patch_and_hunk_and_is_never_fuzzed
     source = world.source_folder("context", SOURCE.replace("How much every caller", "How much each caller"))
     cache = world.root / "cache-context"
     with pytest.raises(WorkFailed, match=rf"^{world.stack.series()[0]} does not apply to the source without "
-                                         rf"fuzz: {UNIT} hunk #1 \(@@ -7,7 \+7,7 @@ int scale\(int x\) {{\) \(rebase the patch"):
+                                         rf"fuzz: {UNIT} hunk #1 \(@@ -7,7 \+7,7 @@ int scale\(int x\) {{\) "
+                                         rf"\(rebase the patch"):
         verify(world, source, cache=cache)
     assert not (cache / "texts").exists() and verify.out == ""  # nothing compiled, nothing reported
     # Reduced context would have placed it: only the no-fuzz rule refuses it.
