@@ -80,17 +80,30 @@ def _parser() -> argparse.ArgumentParser:
     p = verbs.add_parser("test", help="the upstream tests that cover the stack, stock vs patched",
                          description="With --pytorch: the upstream tests that patches/upstream-tests.toml "
                                      "maps the stack's files to, and the test files the stack adds or "
-                                     "changes, from that checkout with the stack applied. Without: the "
-                                     "test files the stack adds, taken from the patches. Each runs with "
-                                     "pytest on stock torch and patched (the overlay, or --patched-python); "
-                                     "the report says per test id what newly passes and newly fails. "
-                                     "Exit 1 on a new failure or a failing test the stack adds.")
+                                     "changes, from that checkout with the stack applied. With "
+                                     "--upstream-tests: the mapped upstream test files that DIR/test holds, "
+                                     "as they are, both sides at the same time, each with its own inductor "
+                                     "cache; a per-file table, and summary.json beside the JUnit files. "
+                                     "Without either: the test files the stack adds, taken from the "
+                                     "patches. Each runs with pytest on stock torch and patched (the "
+                                     "overlay, or --patched-python); the report says per test id what "
+                                     "newly passes and newly fails. Exit 1 on a new failure (a test that "
+                                     "passed on stock and fails, errors, is skipped or is missing with the "
+                                     "stack) or a failing test the stack adds.")
     p.add_argument("--pytorch", type=Path, metavar="DIR", help="a pytorch git checkout to take the tests from")
+    p.add_argument("--upstream-tests", type=Path, metavar="DIR",
+                   help="a folder holding upstream's test/... files, no checkout needed "
+                        "(e.g. ../shared/upstream-tests)")
+    p.add_argument("--select", choices=upstream_tests.SELECTIONS,
+                   help="with --upstream-tests: quick (each upstream-tests.toml entry's quick part: the CI gate), "
+                        "all (the whole mapped files but the OpInfo/ModuleInfo sweeps; the default), full (with them)")
     p.add_argument("--onto", metavar="REV", help="with --pytorch: the stack onto REV instead of the base")
     p.add_argument("--stock-python", metavar="PY", help="the stock side's python (default: this venv's torch)")
     p.add_argument("--patched-python", metavar="PY",
                    help="the patched side's python, e.g. a venv with the built wheel (default: the overlay)")
-    p.add_argument("--junit-dir", type=Path, help="write stock.xml and stack.xml here")
+    p.add_argument("--junit-dir", type=Path, help="write stock.xml and stack.xml here (with --upstream-tests: "
+                                                  "stock/ and stack/, one XML and log per run, and summary.json; "
+                                                  "default: a new folder under $TMPDIR, kept)")
     p.add_argument("--cpp-from", type=Path, metavar="PATH", help=CPP_FROM_HELP)
 
     p = verbs.add_parser("verify-cpp", help="verify the C++ patch text by compiling it, not only its shim",
@@ -203,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.verb == "test":
             upstream_tests.main(stack, sys.stdout, args.junit_dir, pytorch=args.pytorch, onto=args.onto,
                                 stock_python=args.stock_python, patched_python=args.patched_python,
+                                upstream=args.upstream_tests, select=args.select,
+                                command=["stack.sh", *(argv if argv is not None else sys.argv[1:])],
                                 overlay_src=args.overlay_src, cpp_from=args.cpp_from)
         elif args.verb == "verify-cpp":
             verify_cpp.main(stack, args.source, sys.stdout, args.overlay_src, tests=args.tests,

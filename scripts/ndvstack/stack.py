@@ -244,15 +244,43 @@ _TEST_ID = re.compile(r"^test/[\w/.-]+\.py(::\w+)?$")
 
 
 @dataclass(frozen=True)
+class QuickPick:
+    """Part of an entry's tests for `test.sh --upstream-tests --select quick`: a test file
+    or file::Class, and a pytest -k expression (None: all of it)."""
+
+    test: str
+    k: str | None = None
+
+
+@dataclass(frozen=True)
 class Coverage:
-    """One entry of upstream-tests.toml: a path prefix the stack touches, and the upstream
-    test files (or file::Class) that exercise it."""
+    """One entry of upstream-tests.toml: a path prefix the stack touches, the upstream
+    test files (or file::Class) that exercise it, and the quick subset of them."""
 
     path: str
     tests: tuple[str, ...]
+    quick: tuple[QuickPick, ...] = ()
 
 
-def load_coverage(path: Path) -> list[Coverage]:
+def _quick_picks(prefix: str, tests: list, picks) -> tuple[list[QuickPick], list[str]]:
+    if not isinstance(picks, list) or not picks:
+        return [], [f"[[cover]] {prefix}: needs quick = [{{ test = \"test/...\", k = \"...\" }}, ...] "
+                    "(the subset --select quick runs)"]
+    files = {t.split("::")[0] for t in tests if isinstance(t, str)}
+    found, problems = [], []
+    for pick in picks:
+        if not isinstance(pick, dict) or set(pick) - {"test", "k"} or not isinstance(pick.get("test"), str) \
+                or not isinstance(pick.get("k", ""), str):
+            problems.append(f"[[cover]] {prefix}: quick item {pick!r} is not {{ test = \"...\", k = \"...\" }}")
+        elif not _TEST_ID.match(pick["test"]) or pick["test"].split("::")[0] not in files:
+            problems.append(f"[[cover]] {prefix}: quick test {pick['test']!r} is not in one of its tests' files")
+        else:
+            found.append(QuickPick(pick["test"], pick.get("k")))
+    return found, problems
+
+
+def _load_map(path: Path) -> tuple[list[Coverage], list[str]]:
+    """(the [[cover]] entries, the sweeps: file::Class prefixes only --select full runs)."""
     try:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as e:
@@ -265,12 +293,22 @@ def load_coverage(path: Path) -> list[Coverage]:
             continue
         problems += [f"[[cover]] {prefix}: {t!r} is not test/....py or test/....py::Class"
                      for t in tests if not isinstance(t, str) or not _TEST_ID.match(t)]
-        entries.append(Coverage(prefix, tuple(tests)))
-    unknown = sorted(set(data) - {"cover"})
+        quick, quick_problems = _quick_picks(prefix, tests, entry.get("quick"))
+        problems += quick_problems
+        problems += [f"[[cover]] {prefix}: unknown key {k}" for k in sorted(set(entry) - {"path", "tests", "quick"})]
+        entries.append(Coverage(prefix, tuple(tests), tuple(quick)))
+    sweeps = data.get("sweeps", [])
+    if not isinstance(sweeps, list) or not all(isinstance(s, str) and _TEST_ID.match(s) for s in sweeps):
+        problems.append("sweeps must be a list of test/....py::Class")
+    unknown = sorted(set(data) - {"cover", "sweeps"})
     problems += [f"unknown key {k}" for k in unknown]
     if problems:
         raise BadInput(f"{path}: " + "; ".join(problems))
-    return entries
+    return entries, sweeps
+
+
+def load_coverage(path: Path) -> list[Coverage]:
+    return _load_map(path)[0]
 
 
 @dataclass
@@ -297,6 +335,11 @@ class Stack:
         """upstream-tests.toml's entries; None if the stack has no such file."""
         path = self.dir / COVERAGE_FILE
         return load_coverage(path) if path.is_file() else None
+
+    def sweeps(self) -> list[str]:
+        """upstream-tests.toml's sweeps (OpInfo/ModuleInfo-parametrized classes): run only when asked."""
+        path = self.dir / COVERAGE_FILE
+        return _load_map(path)[1] if path.is_file() else []
 
     def patches(self) -> list[Patch]:
         """The series' patches in order. Assumes a lint-clean stack."""
