@@ -6,7 +6,7 @@ import pytest
 from fake_pytorch import five_patch_stack, stack_from_commits
 from ndvstack import lint
 from ndvstack.errors import BadInput, WorkFailed
-from ndvstack.stack import Stack
+from ndvstack.stack import QuickPick, Stack
 
 
 @pytest.fixture
@@ -154,14 +154,44 @@ def test_upstream_tests_must_cover_every_touched_source_path(tmp_path, fake_pyto
     stack_from_commits(fake_pytorch, stack.dir)
     coverage = stack.dir / "upstream-tests.toml"
     coverage.write_text('[[cover]]\npath = "torch/csrc/autograd/"\ntests = ["test/test_autograd.py::TestAutograd"]\n'
-                        '[[cover]]\npath = "torch/autograd/"\ntests = ["test/test_autograd.py"]\n')
+                        'quick = [{ test = "test/test_autograd.py::TestAutograd", k = "view" }]\n'
+                        '[[cover]]\npath = "torch/autograd/"\ntests = ["test/test_autograd.py"]\n'
+                        'quick = [{ test = "test/test_autograd.py" }]\n')
     names = stack.series()
     assert lint.findings(stack) == [  # test/ and docs/ need no covering tests
         f"{names[2]}: torch/_functorch/_aot_autograd/runtime_wrappers.py is covered by no entry of upstream-tests.toml",
         f"{names[3]}: torch/_dynamo/new_module.py is covered by no entry of upstream-tests.toml"]
-    coverage.write_text('[[cover]]\npath = "torch/"\ntests = ["tests/x.py", "test/y.py::Class::method"]\n'
-                        '[[cover]]\ntests = []\n')
+    coverage.write_text('[[cover]]\npath = "torch/"\ntests = ["tests/x.py", "test/y.py::Class::method", "test/z.py"]\n'
+                        'quick = [{ test = "test/z.py" }]\n[[cover]]\ntests = []\n')
     [finding] = lint.findings(stack)
     assert finding == (f"{coverage}: [[cover]] torch/: 'tests/x.py' is not test/....py or test/....py::Class; "
                        "[[cover]] torch/: 'test/y.py::Class::method' is not test/....py or test/....py::Class; "
                        '[[cover]] 2 needs path = "..." and tests = ["test/...", ...]')
+
+
+def test_every_entry_has_a_valid_quick_part_and_sweeps_name_classes(tmp_path, fake_pytorch):
+    five_patch_stack(fake_pytorch)
+    stack = Stack(tmp_path / "patches")
+    stack_from_commits(fake_pytorch, stack.dir)
+    coverage = stack.dir / "upstream-tests.toml"
+    coverage.write_text('sweeps = ["test/a.py::TestOpInfo", "not a test"]\n'
+                        '[[cover]]\npath = "torch/"\ntests = ["test/a.py::TestA", "test/b.py"]\n'
+                        'quick = [{ test = "test/a.py::TestB" }, { test = "test/c.py" }, { test = "test/b.py", x = 1 },'
+                        ' { test = "test/b.py", k = 3 }]\nextra = 1\n'
+                        '[[cover]]\npath = "torch/_dynamo/"\ntests = ["test/b.py"]\n')
+    [finding] = lint.findings(stack)
+    assert finding == (
+        f"{coverage}: [[cover]] torch/: quick test 'test/a.py::TestB' is not part of its tests; "
+        "[[cover]] torch/: quick test 'test/c.py' is not part of its tests; "
+        "[[cover]] torch/: quick item {'test': 'test/b.py', 'x': 1} is not { test = \"...\", k = \"...\" }; "
+        "[[cover]] torch/: quick item {'test': 'test/b.py', 'k': 3} is not { test = \"...\", k = \"...\" }; "
+        "[[cover]] torch/: unknown key extra; "
+        '[[cover]] torch/_dynamo/: needs quick = [{ test = "test/...", k = "..." }, ...] (the subset --select quick '
+        "runs); sweeps must be a list of test/....py::Class")
+    coverage.write_text('sweeps = ["test/a.py::TestOpInfo"]\n'
+                        '[[cover]]\npath = "torch/"\ntests = ["test/a.py", "test/b.py::TestB"]\n'
+                        'quick = [{ test = "test/a.py::TestA", k = "view or alias" }, { test = "test/b.py::TestB" }]\n')
+    assert lint.findings(stack) == []
+    assert [entry.quick for entry in stack.coverage()] == [
+        (QuickPick("test/a.py::TestA", "view or alias"), QuickPick("test/b.py::TestB"))]
+    assert stack.sweeps() == ["test/a.py::TestOpInfo"]

@@ -266,14 +266,17 @@ def _quick_picks(prefix: str, tests: list, picks) -> tuple[list[QuickPick], list
     if not isinstance(picks, list) or not picks:
         return [], [f"[[cover]] {prefix}: needs quick = [{{ test = \"test/...\", k = \"...\" }}, ...] "
                     "(the subset --select quick runs)"]
-    files = {t.split("::")[0] for t in tests if isinstance(t, str)}
+
+    def part_of_tests(test: str) -> bool:  # one of them, or a class of a whole file among them
+        return any(test == t or ("::" not in t and test.startswith(t + "::")) for t in tests if isinstance(t, str))
+
     found, problems = [], []
     for pick in picks:
         if not isinstance(pick, dict) or set(pick) - {"test", "k"} or not isinstance(pick.get("test"), str) \
                 or not isinstance(pick.get("k", ""), str):
             problems.append(f"[[cover]] {prefix}: quick item {pick!r} is not {{ test = \"...\", k = \"...\" }}")
-        elif not _TEST_ID.match(pick["test"]) or pick["test"].split("::")[0] not in files:
-            problems.append(f"[[cover]] {prefix}: quick test {pick['test']!r} is not in one of its tests' files")
+        elif not _TEST_ID.match(pick["test"]) or not part_of_tests(pick["test"]):
+            problems.append(f"[[cover]] {prefix}: quick test {pick['test']!r} is not part of its tests")
         else:
             found.append(QuickPick(pick["test"], pick.get("k")))
     return found, problems
