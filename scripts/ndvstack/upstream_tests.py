@@ -11,7 +11,8 @@ the patches) are written to a temporary tree and run the same way, on stock torc
 with the overlay; changes to existing upstream test files are listed as not run.
 
 Both write JUnit XML per side, report per test id what newly passes and newly fails with
-the stack, and fail (exit 1) on any new failure, and on any failure in the test files the
+the stack, and fail (exit 1) on any new failure (a test that passed on stock and fails,
+errors, is skipped or is gone with the stack), and on any failure in the test files the
 stack adds.
 
 With --upstream-tests DIR: upstream's own test files from DIR/test (a folder of them, or a
@@ -20,7 +21,8 @@ checkout's tree, used as they are), the ones upstream-tests.toml maps the stack'
 them), on stock and on the stack at the same time, each side with its own inductor cache.
 A test that passed on stock and does not pass with the stack (fails, errors, is skipped or
 is gone) is a regression, and any regression fails the run; tests that fail on both sides
-are counted, never blamed. See upstream_suites below.
+are counted, never blamed. A per-file table goes to the terminal and, with the command and
+the sha256 of DIR's files, to summary.json beside the JUnit files (from_upstream_dir).
 """
 
 from __future__ import annotations
