@@ -268,7 +268,12 @@ class NondiffViewOfNoGradInput(torch.autograd.Function):
 
 
 # The Function shapes that upstream's test/dynamo/test_autograd_function.py pins
-# for mark_non_differentiable (issue-7); our own code, same marking patterns.
+# for mark_non_differentiable (issue-7); our own code, same marking patterns. The file as
+# stored in ../shared/upstream-tests (SOURCES.md): vineethsaivs/pytorch @
+# 37123ab2af8157dc2c40fcd876d4c0fa0fb66b3d, sha256 dab46489546a76f5b7e520b2452bb7621c1eca4c352e45e8201a77b7c0d01e5c
+# (test_function_context_save_and_mark / _mark_and_save at lines 514/524,
+# test_mark_non_differentiable 1454, test_mark_multi_output_non_differentiable 1525,
+# test_aliasing_output 2100).
 
 
 class MarkSecondOfTwo(torch.autograd.Function):
@@ -1150,7 +1155,14 @@ def cpp_fn_nondiff_view_of_out(x):
 
 
 # ---------------------------------------------------------------------------
-# upstream-pinned (issue 5): test/functorch/test_aotdispatch.py @ unreported (search-tool file id 54979928, 334063 chars; read_file names no commit for it)
+# upstream-pinned (issue 5): test/functorch/test_aotdispatch.py as stored in
+# ../shared/upstream-tests (see its SOURCES.md): Kevin-Li-2025/pytorch @
+# b6c5d8b18fdc79c9eb294901016a1f3d196f382d, sha256 10f5dc7a7735323ae7b136605b2dc5eb448dd04757d4903728212660db741053,
+# a copy a little newer than v2.13.0. Every assertion restated below (each case names its
+# test) is in that file: test_input_output_aliase_custom_autograd_function (line 1639),
+# test_output_aliases_intermediate_* (1966-2392), test_some_outputs_dont_require_grad_view
+# (3712), the *_view_meta_replay tests (4512-4560) and
+# test_aot_dispatch_output_requires_grad_in_no_grad_views (9977).
 #
 # Regression guards: what upstream's TestAOTAutograd / TestAOTDispatch already pin
 # about outputs that alias intermediates or inputs, restated as scoreboard cases
