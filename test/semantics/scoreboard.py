@@ -2,15 +2,17 @@
 
   python test/semantics/scoreboard.py [--cases PATTERN] [--modes M ...] [--shard K/N]
                                       [--json OUT] [--write-known FILE]
-  python test/semantics/scoreboard.py --ab [--json OUT]   (or ./scripts/scoreboard.sh)
+  python test/semantics/scoreboard.py --ab [--json OUT] [--write-known DIR]
+                                      (or ./scripts/scoreboard.sh)
 
 Plain, it runs on whatever torch the interpreter imports. --ab runs the catalogue on
 stock torch and with the stack overlaid, side by side (scripts/stack.sh run --stock /
 run), and prints the pairs that differ on either side.
 
 PATTERN is an fnmatch pattern on case names (e.g. 'nograd_*').
---write-known writes every differing (case, mode) in the
-known_failures_stock.txt format, with the issue derived by owner_for().
+--write-known FILE writes every differing (case, mode) in the known_failures_stock.txt
+format, with the issue derived by owner_for() and the differences measured; with --ab,
+--write-known DIR writes both DIR/known_failures_stock.txt and DIR/known_failures_stack.txt.
 """
 
 import argparse
@@ -22,9 +24,11 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import torch  # noqa: E402
 from cases import CASES  # noqa: E402
 from harness import MODES, modes_for, run_case  # noqa: E402
 
@@ -34,16 +38,35 @@ STACK_SH = os.path.join(HERE, "..", "..", "scripts", "stack.sh")
 SIDES = ("stock", "stack")
 
 
+# Between the pair and each of its differences in a known-failures file; no difference
+# contains it (harness.diff_records keeps separators out of error texts).
+SEP = " | "
+
+
+class Known(NamedTuple):
+    issue: str
+    diffs: tuple  # the differences the harness measures for the pair, in its order
+
+
 def load_known(path):
-    """{(case, mode): issue} from a known-failures file."""
+    """{(case, mode): Known} from a known-failures file: one pair a line,
+    `<case> <mode> <issue-N> | <difference> | <difference> ...`; `#` starts a comment line."""
     known = {}
     with open(path) as f:
-        for line in f:
-            line = line.split("#", 1)[0].strip()
-            if line:
-                case, mode, issue = line.split()
-                known[(case, mode)] = issue
+        for number, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            head, *diffs = line.split(SEP)
+            fields = head.split()
+            if len(fields) != 3 or not diffs:
+                raise ValueError(f"{path}:{number}: expected `<case> <mode> <issue-N>{SEP}<difference>...`")
+            known[(fields[0], fields[1])] = Known(fields[2], tuple(diffs))
     return known
+
+
+def format_known(case, mode, issue, diffs):
+    return SEP.join([f"{case} {mode} {issue}", *diffs])
 
 
 def run_side(side, json_out, shard=None, inductor_cache=None):
@@ -62,7 +85,7 @@ def run_side(side, json_out, shard=None, inductor_cache=None):
         return {(r["case"], r["mode"]): r["diffs"] for r in json.load(f)}
 
 
-def ab(json_out=None):
+def ab(json_out=None, write_known=None):
     """Both sides at once; prints every pair that differs on either."""
     with tempfile.TemporaryDirectory(prefix="ndv-scoreboard-") as tmp:
         with ThreadPoolExecutor(2) as pool:
@@ -70,8 +93,8 @@ def ab(json_out=None):
                                          inductor_cache=tmp) for side in SIDES}
             results = {side: future.result() for side, future in futures.items()}
     stock, stack = results["stock"], results["stack"]
-    owners = load_known(os.path.join(HERE, "known_failures_stock.txt"))
-    owners.update(load_known(os.path.join(HERE, "known_failures_stack.txt")))
+    owners = {pair: k.issue for pair, k in load_known(os.path.join(HERE, "known_failures_stock.txt")).items()}
+    owners.update({pair: k.issue for pair, k in load_known(os.path.join(HERE, "known_failures_stack.txt")).items()})
     print("%-34s %-18s %-8s %-8s %s" % ("case", "mode", "stock", "stack", "owner"))
     for pair in sorted(set(stock) | set(stack)):
         if stock.get(pair) or stack.get(pair):
@@ -85,6 +108,21 @@ def ab(json_out=None):
         with open(json_out, "w") as f:
             json.dump({side: [{"case": c, "mode": m, "diffs": d} for (c, m), d in r.items()]
                        for side, r in results.items()}, f, indent=1)
+    if write_known:
+        for side in SIDES:
+            write_known_file(os.path.join(write_known, f"known_failures_{side}.txt"), results[side],
+                             HEADERS[side], torch.__version__)
+
+
+def write_known_file(path, results, header, torch_version):
+    """Every differing pair of RESULTS ({(case, mode): diffs}), in catalogue order."""
+    with open(path, "w") as f:
+        f.write(header)
+        if torch_version:
+            f.write("# Measured with torch %s.\n" % torch_version)
+        for (c, m), d in sorted(results.items(), key=lambda item: _ORDER[item[0]]):
+            if d:
+                f.write(format_known(c, m, owner_for(c, m, results), d) + "\n")
 
 
 def owner_for(case, mode, results):
@@ -129,7 +167,7 @@ def main(argv=None):
     p.add_argument("--ab", action="store_true", help="stock and the stack side by side")
     a = p.parse_args(argv)
     if a.ab:
-        return ab(a.json)
+        return ab(a.json, a.write_known)
     shard, shards = map(int, a.shard.split("/")) if a.shard else (0, 1)
 
     results = {}
@@ -152,25 +190,32 @@ def main(argv=None):
         with open(a.json, "w") as f:
             json.dump([{"case": c, "mode": m, "diffs": d} for (c, m), d in results.items()], f, indent=1)
     if a.write_known:
-        with open(a.write_known, "w") as f:
-            import torch
-
-            f.write(HEADER)
-            f.write("# Measured with torch %s.\n" % torch.__version__)
-            for (c, m), d in results.items():
-                if d:
-                    f.write("%s %s %s  # %s\n" % (c, m, owner_for(c, m, results), "; ".join(d)))
+        write_known_file(a.write_known, results, HEADERS["stock"], torch.__version__)
 
 
-HEADER = """\
-# Known (case, mode) pairs that differ on STOCK torch 2.13.0 (CPU), measured
-# by `python test/semantics/scoreboard.py --write-known <this file>`.
-# Format: one pair per line: `<case> <mode> <issue-N>  # <measured diffs>`.
+_FORMAT = """\
+# Format: one pair per line, `<case> <mode> <issue-N> | <difference> | <difference> ...`,
+# each difference one observation of harness.diff_records (`<observation>: <how>`, e.g.
+# `out[1].is_leaf: eager=True compiled=False`; an error as `raise <class>`, harness._err).
+# test_scoreboard.py asserts that exactly these pairs differ, each by exactly these
+# differences, and that every other pair agrees.
 # The issue is the lowest layer showing the bug (see scoreboard.owner_for):
 # 4 eager Function views, 5 AOTAutograd, 6 inductor, 7 dynamo Function.
-# Everything after '#' is informational; test_scoreboard.py checks only
-# that listed pairs differ and unlisted pairs agree.
 """
+HEADERS = {
+    "stock": """\
+# Known (case, mode) pairs that differ on STOCK torch 2.13.0 (CPU), measured by
+# `scripts/scoreboard.sh --write-known test/semantics` (both lists at once).
+""" + _FORMAT,
+    "stack": """\
+# Pairs that still differ WITH THE STACK overlaid (scripts/stack.sh run): each is an
+# expected failure, owned by the open issue whose fix has not landed; when a fix lands,
+# its pairs leave this list. Only pairs of known_failures_stock.txt may be listed: a pair
+# that agrees on stock and differs with the stack is a regression. Measured with the whole
+# stack (patches/series) by `scripts/scoreboard.sh --write-known test/semantics`.
+""" + _FORMAT,
+}
+_ORDER = {(c.name, m): i for i, (c, m) in enumerate((c, m) for c in CASES for m in MODES)}
 
 if __name__ == "__main__":
     main()
