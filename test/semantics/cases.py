@@ -1169,8 +1169,8 @@ def cpp_fn_nondiff_view_of_out(x):
 # (the upstream file cannot run here). The harness diff covers what upstream's
 # verify_aot_autograd compares: values, requires_grad, is_leaf, view-of-input /
 # view-of-output (here: storage aliasing), grads, and in-place on each output
-# (upstream's test_mutation=True; here ok/raise and the version counter, not the
-# value after the in-place). Upstream runs each function with inputs that do and do
+# (upstream's test_mutation=True; here which check raised, and the gradients through
+# every output after the in-place, not the value after it). Upstream runs each function with inputs that do and do
 # not require grad: the `_nograd` twins. Upstream feeds non-leaf graph inputs
 # (x.add(1)) under test_mutation=True; the harness feeds leaves (no case here
 # mutates an input, so only input leaf-ness differs). Assertions the diff cannot

@@ -15,10 +15,16 @@ Modes:
                       `graph` says (only meaningful for cases with `graph`).
 
 For every mode other than eager_abs and dynamo_graph the case is observed eagerly
-and compiled, each time on fresh inputs, and the two observations are diffed.
+and compiled, each time on fresh inputs, and the two observations are diffed
+(diff_records): the inputs after the call (value, requires_grad, grad_fn, is_leaf);
+per output its value, requires_grad, grad_fn, is_leaf, storage aliasing and view-ness,
+the gradients through it, an in-place on it, and the gradients through every output
+after that in-place. An error counts by the check that raised it (ERROR_CLASSES), so
+two sides raising agree only when the same check raised.
 """
 
 import contextlib
+import re
 import warnings
 
 import torch
@@ -52,8 +58,59 @@ def modes_for(case):
     ]
 
 
+# Which check raised, from the message torch 2.13 raises; dynamo and the backends wrap it
+# and keep its text (TorchRuntimeError from a fake-tensor call, BackendCompilerFailed), so
+# the class, not the exception type, is compared: both sides raising agree only on the same
+# class. A class is the first entry whose needles all occur in the message. An unlisted
+# message is its own class: its type and first line, normalised (_unknown_error).
+_DIRECT, _INDIRECT = "is being modified inplace", "its base has been modified inplace"
+ERROR_CLASSES = (
+    # VariableTypeUtils.h check_inplace: in-place on a view of a leaf, on a leaf
+    (("a view of a leaf Variable that requires grad is being used in an in-place",), "view-of-leaf-inplace"),
+    (("a leaf Variable that requires grad is being used in an in-place",), "leaf-inplace"),
+    # variable.cpp handle_view_on_rebase: in-place on the view itself (_DIRECT), or a grad_fn
+    # access after its base or another view of it was modified in-place (_INDIRECT); its
+    # last sentence names the view's CreationMeta. (The message's start says only whether
+    # the view has a grad_fn: "A view was created in no_grad mode" for any CreationMeta
+    # without one, which grad_fn_is_none already compares.)
+    ((_DIRECT, "returns multiple views"), "multi-output-view-inplace"),
+    ((_INDIRECT, "returns multiple views"), "multi-output-view-base-modified"),
+    ((_DIRECT, "created inside a custom Function"), "custom-function-view-inplace"),
+    ((_INDIRECT, "created inside a custom Function"), "custom-function-view-base-modified"),
+    ((_DIRECT, "inside the no_grad block"), "no_grad-view-inplace"),
+    ((_INDIRECT, "inside the no_grad block"), "no_grad-view-base-modified"),
+    ((_DIRECT, "inside the inference_mode block"), "inference_mode-view-inplace"),
+    ((_INDIRECT, "inside the inference_mode block"), "inference_mode-view-base-modified"),
+    # SavedVariable::unpack: a saved tensor's version counter moved
+    (("needed for gradient computation has been modified by an inplace operation",), "version-counter"),
+    (("Inplace update to inference tensor outside InferenceMode",), "inference-tensor-inplace"),
+    # autograd.grad on an output that does not require grad
+    (("does not require grad and does not have a grad_fn",), "no-grad-fn"),
+)
+
+
+def _unknown_error(e):
+    """An unlisted message as its own class: type and first line, without addresses and
+    the separators the known-failure files use."""
+    line = (str(e).strip().splitlines() or [""])[0]
+    line = re.sub(r"0x[0-9a-fA-F]+", "0x?", line)
+    line = re.sub(r"[|;#]", " ", line)
+    line = " ".join(line.split())[:120]
+    return "%s(%s)" % (type(e).__name__, line)
+
+
+def error_class(e):
+    # One line, and one wording for "its base or another view of its base" (_INDIRECT).
+    msg = " ".join(str(e).split())
+    msg = msg.replace("its base or another view of its base has been", "its base has been")
+    for needles, name in ERROR_CLASSES:
+        if all(n in msg for n in needles):
+            return name
+    return _unknown_error(e)
+
+
 def _err(e):
-    return "raise " + type(e).__name__
+    return "raise " + error_class(e)
 
 
 def _grad_ctx(grad_mode):
@@ -66,12 +123,12 @@ def _grad_ctx(grad_mode):
     raise ValueError(grad_mode)
 
 
-def _call(fn, case):
-    """Fresh inputs, one call. Returns (inputs, inputs needing grad, outputs).
+def _call(fn, case, inputs=None):
+    """One call, on fresh inputs unless given. Returns (inputs, inputs needing grad, outputs).
 
     The inputs needing grad are taken before the call (a mark_dirty Function
     can make an input require grad)."""
-    inputs = case.make_inputs()
+    inputs = case.make_inputs() if inputs is None else inputs
     rg_inputs = [t for t in inputs if t.requires_grad]
     with _grad_ctx(case.grad_mode):
         outs = fn(*inputs)
@@ -117,7 +174,8 @@ def _inplace(o):
 
 
 def _observe_fresh_runs(fn, case, recs):
-    """Per-output checks, each on a fresh call: grads, in-place, version counter."""
+    """Per-output checks, each on a fresh call: grads, in-place, then the grads through
+    every output (version counter, views rebased by the in-place)."""
     n = len(recs)
     for i in range(n):
         r = recs[i]
@@ -127,39 +185,46 @@ def _observe_fresh_runs(fn, case, recs):
         # In-place on out[i].
         _, _, outs = _call(fn, case)
         r["inplace"] = _inplace(outs[i])
-        # Version-counter check: in-place on out[i], then backward through
-        # each other differentiable out[j].
+        # In-place on out[i], then the gradients through each differentiable out[j]
+        # (out[i] itself too): the version-counter check, or the gradients of the history
+        # the in-place rebased.
         r["grad_after_inplace"] = {}
         if r["inplace"] != "ok" or not rg_inputs:
             continue
         for j in range(n):
-            if j == i:
-                continue
             _, rg_inputs, outs = _call(fn, case)
             if not _differentiable(outs[j]):
                 continue
             outs[i].add_(1)
-            g = _grad(outs[j], rg_inputs)
-            r["grad_after_inplace"][j] = g if isinstance(g, str) else "ok"
+            r["grad_after_inplace"][j] = _grad(outs[j], rg_inputs)
+
+
+def _input_state(t):
+    """An input after the call: a Function's mark_dirty or a mutation can change all of it."""
+    return {
+        "value": t.detach().clone(),
+        "requires_grad": t.requires_grad,
+        "grad_fn_is_none": _safe(lambda: t.grad_fn is None),
+        "is_leaf": _safe(lambda: t.is_leaf),
+    }
 
 
 def observe(fn, case):
     """Observe everything we compare. Returns a dict."""
-    rec = {"run": "ok", "error": None, "outs": []}
+    rec = {"run": "ok", "ins": [], "outs": []}
+    inputs = case.make_inputs()
     try:
-        inputs, _, outs = _call(fn, case)
+        _, _, outs = _call(fn, case, inputs)
     except Exception as e:  # noqa: BLE001
         rec["run"] = _err(e)
-        msg = str(e).strip()
-        rec["error"] = msg.splitlines()[0][:200] if msg else ""
+        rec["ins"] = [_input_state(t) for t in inputs]
         return rec
+    rec["ins"] = [_input_state(t) for t in inputs]
     in_ptrs = [_ptr(t) for t in inputs]
     out_ptrs = [_ptr(o) for o in outs]
     for i, o in enumerate(outs):
         rec["outs"].append(
             {
-                "shape": tuple(o.shape),
-                "dtype": o.dtype,
                 "value": o.detach().clone(),
                 "requires_grad": o.requires_grad,
                 "grad_fn_is_none": _safe(lambda: o.grad_fn is None),
@@ -178,7 +243,6 @@ def observe(fn, case):
         _observe_fresh_runs(fn, case, rec["outs"])
     except Exception as e:  # noqa: BLE001  (first call passed, a repeat failed)
         rec["run"] = _err(e) + " on a repeat call"
-        rec["error"] = str(e).strip()[:200]
     return rec
 
 
@@ -188,21 +252,51 @@ def _fmt_grads(g):
     return "(" + ", ".join("None" if t is None else "tensor" for t in g) + ")"
 
 
+def _diff_grads(key, ga, gb):
+    """Gradients (tuples of None/tensor, or "raise <class>", or "n/a") compared: which are None
+    or what raised, then the values."""
+    if _fmt_grads(ga) != _fmt_grads(gb):
+        return ["%s: eager=%s compiled=%s" % (key, _fmt_grads(ga), _fmt_grads(gb))]
+    if isinstance(ga, str):
+        return []
+    return ["%s[%d]: value mismatch" % (key, j) for j, (x, y) in enumerate(zip(ga, gb))
+            if x is not None and not torch.allclose(x, y, equal_nan=True)]
+
+
+# Observations compared by equality, printed as `<prefix><key>: eager=<a> compiled=<b>`.
+INPUT_KEYS = ("requires_grad", "grad_fn_is_none", "is_leaf")
+OUTPUT_KEYS = ("requires_grad", "grad_fn_is_none", "is_leaf", "aliases_inputs", "aliases_outputs", "inplace")
+
+
+def _diff_keys(prefix, keys, a, b):
+    return ["%s%s: eager=%s compiled=%s" % (prefix, k, a[k], b[k]) for k in keys if a[k] != b[k]]
+
+
+def _diff_value(prefix, a, b):
+    x, y = a["value"], b["value"]
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return ["%smeta: eager=%s%s compiled=%s%s" % (prefix, x.dtype, tuple(x.shape), y.dtype, tuple(y.shape))]
+    if not torch.allclose(x, y, equal_nan=True):
+        return [prefix + "value: mismatch"]
+    return []
+
+
 def diff_records(e, c):
-    """List of human-readable differences, eager record e vs compiled c."""
+    """Differences, eager record e vs compiled c: one string per differing observation,
+    `<observation>: <how>`, such as `out[1].is_leaf: eager=True compiled=False`."""
+    if e["run"] != c["run"]:
+        return ["run: eager=%s compiled=%s" % (e["run"], c["run"])]
+    # The inputs after the call (also when both raised the same error).
     d = []
-    if (e["run"] == "ok") != (c["run"] == "ok"):
-        return ["run: eager=%s compiled=%s (%s)" % (e["run"], c["run"], c["error"] or e["error"])]
+    for k, (a, b) in enumerate(zip(e["ins"], c["ins"])):
+        d += _diff_value("in[%d]." % k, a, b) + _diff_keys("in[%d]." % k, INPUT_KEYS, a, b)
     if e["run"] != "ok":
-        return []  # both raised: agreement (classes differ by wrapping)
+        return d
     if len(e["outs"]) != len(c["outs"]):
-        return ["num_outputs: eager=%d compiled=%d" % (len(e["outs"]), len(c["outs"]))]
+        return d + ["num_outputs: eager=%d compiled=%d" % (len(e["outs"]), len(c["outs"]))]
     for i, (a, b) in enumerate(zip(e["outs"], c["outs"])):
         p = "out[%d]." % i
-        if a["shape"] != b["shape"] or a["dtype"] != b["dtype"]:
-            d.append(p + "meta: eager=%s%s compiled=%s%s" % (a["dtype"], a["shape"], b["dtype"], b["shape"]))
-        elif not torch.allclose(a["value"], b["value"], equal_nan=True):
-            d.append(p + "value: mismatch")
+        d += _diff_value(p, a, b)
         # View-ness counts only where it is observable: the output shares
         # storage with an input or another output (then it decides version
         # counter sharing and view+inplace errors). A view of a dead
@@ -210,33 +304,13 @@ def diff_records(e, c):
         shares = a["aliases_inputs"] or a["aliases_outputs"] or b["aliases_inputs"] or b["aliases_outputs"]
         if shares and a["is_view"] != b["is_view"]:
             d.append(p + "is_view: eager=%s compiled=%s" % (a["is_view"], b["is_view"]))
-        for k in (
-            "requires_grad",
-            "grad_fn_is_none",
-            "is_leaf",
-            "aliases_inputs",
-            "aliases_outputs",
-            "inplace",
-        ):
-            if a[k] != b[k]:
-                d.append(p + "%s: eager=%s compiled=%s" % (k, a[k], b[k]))
-        ga, gb = a["grads"], b["grads"]
-        if _fmt_grads(ga) != _fmt_grads(gb):
-            d.append(p + "grads: eager=%s compiled=%s" % (_fmt_grads(ga), _fmt_grads(gb)))
-        elif not isinstance(ga, str):
-            for j, (x, y) in enumerate(zip(ga, gb)):
-                if x is not None and not torch.allclose(x, y, equal_nan=True):
-                    d.append(p + "grads[%d]: value mismatch" % j)
+        d += _diff_keys(p, OUTPUT_KEYS, a, b)
+        d += _diff_grads(p + "grads", a["grads"], b["grads"])
         # Only where both in-places succeeded and both out[j] need grad,
         # otherwise the difference is already reported above.
         ea, ca = a["grad_after_inplace"], b["grad_after_inplace"]
         for j in sorted(set(ea) & set(ca)):
-            x, y = ea[j], ca[j]
-            if x != y:
-                d.append(
-                    "out[%d].add_(1) then grad(out[%d]): eager=%s compiled=%s"
-                    % (i, j, x, y)
-                )
+            d += _diff_grads("out[%d].add_(1) then grad(out[%d])" % (i, j), ea[j], ca[j])
     return d
 
 
@@ -350,8 +424,7 @@ def _run_check(case, mode):
     try:
         found = case.check(case, mode)
     except Exception as e:  # noqa: BLE001
-        msg = str(e).strip()
-        found = ["%s (%s)" % (_err(e), msg.splitlines()[0][:160] if msg else "")]
+        found = [_err(e)]
     finally:
         torch._dynamo.reset()
     return ["check: " + s for s in found]
