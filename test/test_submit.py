@@ -27,7 +27,9 @@ def quiet(_):
 class World:
     """The fake GitHub, its bare repository, a stack, and a contributor's checkout."""
 
-    def __init__(self, tmp: Path, fake: FakePytorch):
+    def __init__(self, tmp: Path, fake: FakePytorch, branches: dict[str, str] | None = None):
+        """BRANCHES: the upstream branches (name -> rev of FAKE); default main at the base."""
+        branches = branches or {"main": fake.base}
         five_patch_stack(fake, trailers=False)
         stack_from_commits(fake, tmp / "patches", head="work")
         self.stack = Stack(tmp / "patches")
@@ -36,7 +38,8 @@ class World:
         self.github = ghstack.github_fake.FakeGitHubEndpoint(
             ghstack.shell.Shell(cwd=str(self.upstream), testing=True))
         asyncio.run(self.github.state.initialize())
-        fake.git.run("push", "--quiet", "--force", str(self.upstream), f"{fake.base}:refs/heads/main")
+        for name, rev in branches.items():
+            fake.git.run("push", "--quiet", "--force", str(self.upstream), f"{rev}:refs/heads/{name}")
         self.checkout = self.clone(tmp / "local")
 
     def clone(self, target: Path) -> FakePytorch:
@@ -59,9 +62,52 @@ class World:
         return result["data"]["repository"]["pullRequests"]["nodes"]
 
 
+def assert_stacked(world, prs: list[dict], start: str, diffs: bool = True) -> None:
+    """Each PR holds its patch on top of the one below: its orig commit's parent is the
+    previous PR's (the first's is START), its head branch has that commit's tree, its base
+    branch the tree below, so the PR's diff is exactly its patch (with DIFFS: the patch
+    file's diff, byte for byte)."""
+    git = world.checkout.git
+    git.run("fetch", "--quiet", "origin", "+refs/heads/gh/*:refs/remotes/origin/gh/*")
+
+    def tree(rev):
+        return git.out("rev-parse", f"{rev}^{{tree}}")
+
+    below = start
+    for pr, name in zip(prs, world.stack.series(), strict=True):
+        head = git.out("rev-parse", f"origin/{pr['headRefName']}")
+        base = git.out("rev-parse", f"origin/{pr['baseRefName']}")
+        orig = git.out("rev-parse", "origin/" + pr["headRefName"].removesuffix("/head") + "/orig")
+        assert git.out("rev-parse", f"{orig}^") == below, name
+        assert (tree(base), tree(head)) == (tree(below), tree(orig)), name
+        assert git.ok("merge-base", "--is-ancestor", base, head), name
+        if diffs:
+            text = (world.stack.dir / name).read_text()
+            patch_diff = text[text.index("diff --git "):].split("\nbase-commit: ")[0].rstrip("\n")
+            assert git.out("diff", "--full-index", base, head) == patch_diff, name
+        below = orig
+
+
 @pytest.fixture
 def world(tmp_path, fake_pytorch):
     return World(tmp_path, fake_pytorch)
+
+
+@pytest.fixture
+def release_world(tmp_path, fake_pytorch):
+    """Upstream's shape: the base is on a release branch, not on main. Both fork from one
+    commit; main has since changed a context line of the first patch (so the stack goes onto
+    main by 3-way merge) and the release branch has its own commit, the base."""
+    fork = fake_pytorch.base
+    cpp = "torch/csrc/autograd/custom_function.cpp"
+    main = fake_pytorch.commit("Main moves on\n\nA change near the first patch.\n",
+                               {cpp: fake_pytorch.edit(cpp, "line 8\n", "line 8 (main)\n"),
+                                "setup.py": fake_pytorch.edit("setup.py", "line 1\n", "line 1 (main)\n")})
+    fake_pytorch.git.run("checkout", "--quiet", "-b", "release/2.13", fork)
+    fake_pytorch.base = fake_pytorch.commit("Release 2.13\n\nThe release.\n", {"version.txt": "2.13.0\n"})
+    world = World(tmp_path, fake_pytorch, {"main": main, "release/2.13": fake_pytorch.base})
+    assert not world.checkout.git.ok("merge-base", "--is-ancestor", world.stack.base.commit, "origin/main")
+    return world
 
 
 def test_submit_opens_one_pull_request_per_patch_in_order(world):
@@ -73,6 +119,7 @@ def test_submit_opens_one_pull_request_per_patch_in_order(world):
     assert urls == [f"https://github.com/pytorch/pytorch/pull/{pr['number']}" for pr in prs]
     # Each PR is stacked on the one below it.
     assert [pr["baseRefName"] for pr in prs[1:]] == [pr["headRefName"].replace("/head", "/base") for pr in prs[1:]]
+    assert_stacked(world, prs, world.stack.base.commit)
 
 
 def test_the_trailers_land_in_patches_and_a_second_submit_opens_no_new_prs(world):
@@ -186,3 +233,53 @@ def test_a_reviewers_checkout_from_patches_in_a_worktree(world, tmp_path):
     assert out.getvalue().startswith("next:\n  ./scripts/stack.sh run -- python ")
     after = world.checkout.snapshot()
     assert after["HEAD"] == before["HEAD"] and after["status"] == before["status"]  # the checkout itself is untouched
+
+
+def test_submit_onto_main_with_the_base_on_a_release_branch_and_a_reviewers_checkout(release_world, tmp_path):
+    """The path of a real submission: v2.13.0 is on a release branch, so the stack goes
+    --onto origin/main; the PRs are against main, patches/ stays on the base."""
+    world = release_world
+    before = {name: (world.stack.dir / name).read_text() for name in world.stack.series()}
+    main = world.checkout.git.out("rev-parse", "origin/main")
+    urls = world.submit(onto="origin/main", branch="submit-1")
+    assert len(urls) == 5 and len(world.pull_requests()) == 5
+    assert_stacked(world, world.pull_requests(), world.checkout.git.out("rev-parse", "origin/main"), diffs=False)
+    # The stack in the PRs sits on main: the top PR's orig branch has main and five commits above it.
+    git = world.checkout.git
+    orig = git.out("rev-list", "--reverse", f"{main}..origin/gh/ndv-author/5/orig").split()
+    assert len(orig) == 5 and git.out("rev-parse", f"{orig[0]}^") == main
+    assert git.out("show", f"{orig[0]}:torch/csrc/autograd/custom_function.cpp").count("line 8 (main)") == 1
+    # patches/ is still the stack at the base, now with the trailers.
+    assert world.stack.base.commit == world.checkout.git.out("rev-parse", "origin/release/2.13")
+    for url, name in zip(urls, world.stack.series(), strict=True):
+        text = (world.stack.dir / name).read_text()
+        assert f"\nPull-Request: {url}\n" in text
+        added = [line for line in text.splitlines() if line not in before[name].splitlines()]
+        assert [line.split(":")[0] for line in added] == ["Date", "ghstack-source-id", "Pull-Request"]
+        removed = [line for line in before[name].splitlines() if line not in text.splitlines()]
+        assert [line.split(":")[0] for line in removed] == ["Date"]
+    first = (world.stack.dir / world.stack.series()[0]).read_text()
+    assert f"\nbase-commit: {world.stack.base.commit}\n" in first
+    assert "line 8 (main)" not in "".join((world.stack.dir / n).read_text() for n in world.stack.series())
+
+    reviewer = world.clone(tmp_path / "reviewer")
+    sh = ghstack.shell.Shell(cwd=str(reviewer.path), testing=True)
+    with pytest.raises(WorkFailed, match=r"/pull/\d+ is not on the base [0-9a-f]{12}: it was submitted onto "
+                                         r"another revision; pass that branch with --onto \(e\.g\. origin/main\)"):
+        checkout.main(world.stack, reviewer.path, pr=urls[-1], github=world.github, sh=sh, progress=quiet)
+    out = io.StringIO()
+    checkout.main(world.stack, reviewer.path, pr=urls[-1], onto="origin/main", github=world.github, out=out,
+                  sh=ghstack.shell.Shell(cwd=str(reviewer.path), testing=True), progress=quiet)
+    assert out.getvalue().splitlines() == [f"same: {name}" for name in world.stack.series()] + [
+        "the pull request's stack is patches/ byte for byte (5 patches)"]
+
+
+def test_checkout_refuses_an_onto_the_checkout_lacks_and_onto_without_pr(world, tmp_path):
+    before = world.checkout.snapshot()
+    with pytest.raises(BadInput, match=r"lacks the revision origin/nowhere; fetch it first"):
+        checkout.main(world.stack, world.checkout.path, pr="https://github.com/pytorch/pytorch/pull/500",
+                      onto="origin/nowhere", github=world.github, progress=quiet,
+                      sh=ghstack.shell.Shell(cwd=str(world.checkout.path), testing=True))
+    with pytest.raises(BadInput, match=r"^--onto goes with --pr"):
+        checkout.main(world.stack, world.checkout.path, onto="origin/main", progress=quiet)
+    assert world.checkout.snapshot() == before

@@ -3,7 +3,10 @@
 From patches/ (default): the stack applied at the base on a new branch of the checkout,
 or with --worktree in a new worktree beside it; then the commands to run next.
 From a pull request (--pr URL): `ghstack checkout` of it, then the PR's stack compared
-with patches/, patch by patch; exit 1 when they differ.
+with patches/, patch by patch; exit 1 when they differ. A stack submitted onto another
+revision (--onto: upstream's main, since the base is on a release branch) is its commits
+not on that revision, as ghstack counts them (git merge-base); they are carried to the base
+with `git am --3way`, as apply carried patches/ from it, and compared there.
 """
 
 from __future__ import annotations
@@ -16,8 +19,9 @@ from pathlib import Path
 from ndvstack import apply, lint
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.export import format_patches
-from ndvstack.repo import DEFAULT_BRANCH, open_checkout, require_base, require_new_branch, require_clean
-from ndvstack.stack import Stack
+from ndvstack.repo import (DEFAULT_BRANCH, open_checkout, require_base, require_clean, require_commit,
+                           require_new_branch)
+from ndvstack.stack import Patch, Stack
 from ndvstack.submit import read_ghstack_config, transplant
 
 NEXT_STEPS = """\
@@ -69,7 +73,15 @@ def compare(stack: Stack, exported: Path, names: list[str], out) -> list[str]:
     return differences
 
 
-def from_pull_request(stack: Stack, pytorch: Path, url: str, remote: str, github, sh, out, progress) -> None:
+def carry_to_base(git, start: str, head: str, base_sha: str, tmp: Path, progress) -> list[str]:
+    """The commits start..head re-applied on BASE_SHA with `git am --3way`; returns them."""
+    names = format_patches(git, start, head, tmp)
+    at_base = apply.apply_detached(git, [Patch.load(tmp / name) for name in names], base_sha, progress)
+    return git.out("rev-list", "--reverse", f"{base_sha}..{at_base}").split()
+
+
+def from_pull_request(stack: Stack, pytorch: Path, url: str, onto: str | None, remote: str, github, sh,
+                      out, progress) -> None:
     import ghstack.checkout
     import ghstack.github_real
     import ghstack.shell
@@ -77,30 +89,41 @@ def from_pull_request(stack: Stack, pytorch: Path, url: str, remote: str, github
     git = open_checkout(pytorch)
     require_clean(git)
     base_sha = require_base(git, stack.base)
+    onto_sha = require_commit(git, onto, "the revision") if onto else None
     if github is None:
         _, token = read_ghstack_config()
         github = ghstack.github_real.RealGitHubEndpoint(oauth_token=token, proxy=None, github_url="github.com")
     sh = sh or ghstack.shell.Shell(cwd=str(git.cwd))
     asyncio.run(ghstack.checkout.main(pull_request=url, github=github, sh=sh, remote_name=remote))
     head = git.out("rev-parse", "HEAD")
-    if not git.ok("merge-base", "--is-ancestor", base_sha, head):
-        raise WorkFailed(f"{url} is not on the base {base_sha[:12]}; compare by hand")
-    commits = git.out("rev-list", "--reverse", f"{base_sha}..{head}").split()
-    progress(f"checkout: {url}: {len(commits)} commits on the base, checked out in {git.cwd}")
-    # Normalised as submit writes patches/: messages as `git am` would keep them.
-    normalized = transplant(git, base_sha, commits, commits)
+    if onto_sha is None:
+        start = base_sha
+        if not git.ok("merge-base", "--is-ancestor", base_sha, head):
+            raise WorkFailed(f"{url} is not on the base {base_sha[:12]}: it was submitted onto another "
+                             f"revision; pass that branch with --onto (e.g. {remote}/main)")
+    else:
+        start = git.out("merge-base", onto_sha, head)
+    commits = git.out("rev-list", "--reverse", f"{start}..{head}").split()
+    where = "the base" if start == base_sha else f"{onto} ({start[:12]})"
+    progress(f"checkout: {url}: {len(commits)} commits on {where}, checked out in {git.cwd}")
     with tempfile.TemporaryDirectory(prefix="ndv-pr-") as tmp:
-        names = format_patches(git, base_sha, normalized, Path(tmp))
-        differences = compare(stack, Path(tmp), names, out)
+        if start != base_sha:
+            commits = carry_to_base(git, start, head, base_sha, Path(tmp, "submitted"), progress)
+        # Normalised as submit writes patches/: messages as `git am` would keep them.
+        normalized = transplant(git, base_sha, commits, commits)
+        names = format_patches(git, base_sha, normalized, Path(tmp, "at-base"))
+        differences = compare(stack, Path(tmp, "at-base"), names, out)
     if differences:
         raise WorkFailed(f"the pull request's stack differs from {stack.dir} in {len(differences)} patches")
     print(f"the pull request's stack is patches/ byte for byte ({len(names)} patches)", file=out)
 
 
 def main(stack: Stack, pytorch: Path, pr: str | None = None, worktree: Path | None = None,
-         branch: str = DEFAULT_BRANCH, remote: str = "origin", github=None, sh=None, out=sys.stdout,
-         progress=lambda msg: print(msg, file=sys.stderr)) -> None:
+         branch: str = DEFAULT_BRANCH, remote: str = "origin", onto: str | None = None, github=None, sh=None,
+         out=sys.stdout, progress=lambda msg: print(msg, file=sys.stderr)) -> None:
+    if onto and pr is None:
+        raise BadInput("--onto goes with --pr: the revision the pull request's stack was submitted onto")
     if pr is None:
         from_patches(stack, pytorch, branch, worktree, out, progress)
     else:
-        from_pull_request(stack, pytorch, pr, remote, github, sh, out, progress)
+        from_pull_request(stack, pytorch, pr, onto, remote, github, sh, out, progress)

@@ -141,6 +141,8 @@ def _parser() -> argparse.ArgumentParser:
                                      "patches/, patch by patch (exit 1 if they differ).")
     p.add_argument("--pytorch", type=Path, required=True, metavar="DIR", help="a pytorch git checkout")
     p.add_argument("--pr", metavar="URL", help="a pull request of the submitted stack (its top one)")
+    p.add_argument("--onto", metavar="REV", help="with --pr: the branch the stack was submitted onto "
+                                                 "(submit's --onto, e.g. origin/main); default: the base")
     p.add_argument("--worktree", type=Path, metavar="PATH", help="put the stack in a new worktree here")
     p.add_argument("--branch", default=DEFAULT_BRANCH, help="the branch to create (default: %(default)s)")
     p.add_argument("--remote", default="origin", help="the upstream remote (default: %(default)s)")
@@ -227,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                         remote=args.remote, branch=args.branch)
         elif args.verb == "checkout":
             checkout.main(stack, args.pytorch, pr=args.pr, worktree=args.worktree, branch=args.branch,
-                          remote=args.remote)
+                          remote=args.remote, onto=args.onto)
         elif args.verb == "wheel" and args.from_source:
             _build_from_source(stack, args)
         elif args.verb == "wheel":
