@@ -5,10 +5,12 @@ bare repository with git's url.<base>.insteadOf)."""
 
 import asyncio
 import io
+import logging
 import subprocess
 from pathlib import Path
 
 import ghstack.github_fake
+import ghstack.github_real
 import ghstack.shell
 import pytest
 
@@ -184,18 +186,51 @@ def test_submit_refuses_a_dirty_checkout_and_missing_ghstack_config(world, tmp_p
                     progress=quiet)
 
 
-def test_the_token_is_never_printed(world, tmp_path, monkeypatch, capfd):
+def test_the_token_is_never_printed(world, tmp_path, monkeypatch, capfd, caplog, git_identity):
+    """The token is in ghstack's config before every call, and each call that reads it is
+    made: a refused submit, a submit, a reviewer's checkout (the real endpoint is swapped for
+    the fake one, which is handed the token). It appears in no output, log, message, file or
+    git object they leave."""
+    secret = "ghp_SECRET123"
     rc = tmp_path / "ghstackrc"
-    rc.write_text("[ghstack]\ngithub_username = someone\n")
+    rc.write_text(f"[ghstack]\ngithub_username = someone\ngithub_oauth = {secret}\n")
     monkeypatch.setenv("GHSTACKRC_PATH", str(rc))
+    handed = []
+
+    def endpoint(oauth_token, proxy, github_url):
+        handed.append(oauth_token)
+        return world.github
+    monkeypatch.setattr(ghstack.github_real, "RealGitHubEndpoint", endpoint)
+    caplog.set_level(logging.DEBUG)
+    messages = []
+
+    def red():
+        raise BadInput("the scoreboard is not green with the stack: 1 failed")
     with pytest.raises(BadInput) as refused:
-        submit.main(world.stack, world.checkout.path, base_branch="main", scoreboard=lambda: None,
-                    progress=quiet)
-    rc.write_text("[ghstack]\ngithub_username = someone\ngithub_oauth = ghp_SECRET123\n")
+        submit.main(world.stack, world.checkout.path, base_branch="main", scoreboard=red,
+                    progress=messages.append)
+    urls = submit.main(world.stack, world.checkout.path, base_branch="main", branch="submit-1",
+                       scoreboard=lambda: None, progress=messages.append)
+    reviewer = world.clone(tmp_path / "reviewer")
+    report = io.StringIO()
+    checkout.main(world.stack, reviewer.path, pr=urls[-1], out=report, progress=messages.append)
     username, token = submit.read_ghstack_config()
+    assert handed == [secret] * 3 and len(urls) == 5  # every call had the token and used it
+    assert report.getvalue().endswith("the pull request's stack is patches/ byte for byte (5 patches)\n")
+
     out, err = capfd.readouterr()
-    assert "ghp_SECRET123" not in out + err + str(refused.value)
-    assert (username, token) == ("someone", "ghp_SECRET123")
+    assert secret not in out + err + str(refused.value)
+    assert secret not in caplog.text + "\n".join(messages) + report.getvalue()
+    assert caplog.records and messages  # the logs and progress searched are not empty
+    for folder in (tmp_path, git_identity):
+        for path in folder.rglob("*"):
+            if path.is_file() and path != rc:
+                assert secret.encode() not in path.read_bytes(), path
+    for repo in (world.checkout.path, reviewer.path, world.upstream):
+        objects = subprocess.run(["git", "cat-file", "--batch-all-objects", "--batch"], cwd=repo,
+                                 capture_output=True, check=True).stdout
+        assert len(objects) > 1000 and secret.encode() not in objects, repo
+    assert (username, token) == ("someone", secret)
 
 
 def test_a_reviewers_checkout_of_the_top_pr_is_patches_byte_for_byte(world, tmp_path):
