@@ -144,18 +144,24 @@ def tree_state(folder: Path) -> list:
                   if "__pycache__" not in p.parts)
 
 
-@pytest.mark.parametrize("stage", ["compiling shim", "overlay: linking"])
+# "shim: compiled", "overlay: laid" and "overlay: renamed" are pause points (atomic.pause_point):
+# the process is killed just before, or just after, the rename that publishes the shim or overlay.
+@pytest.mark.parametrize("stage", ["compiling shim", "shim: compiled", "overlay: linking", "overlay: laid",
+                                   "overlay: renamed"])
 def test_sigkill_leaves_earlier_overlays_and_no_half_built_one(overlaid, tmp_path, stage):
     stack, src, cache, folder = overlaid
     changed = shutil.copytree(src, tmp_path / "src")
     with open(changed / "native/counting_shim.cpp", "a") as source:
         source.write(f"// {stage}\n")
+    with open(changed / "loader/__init__.py", "a") as loader:  # the new overlay is told from the old
+        loader.write(f"# {stage}\n")
     before = tree_state(folder)
     existing = set((cache / "overlays").iterdir())
+    existing_shims = set((cache / "shims").iterdir())
     command = [str(Path(__file__).parents[1] / "scripts" / "stack.sh"), "--patches", str(stack.dir),
                "--overlay-src", str(changed), "overlay"]
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True,
-                               env={**os.environ, "NDV_CACHE": str(cache)})
+                               env={**os.environ, "NDV_CACHE": str(cache), "NDV_TEST_PAUSE_AT": stage})
     for line in process.stderr:
         if line.startswith(stage):
             process.send_signal(9)
@@ -163,7 +169,19 @@ def test_sigkill_leaves_earlier_overlays_and_no_half_built_one(overlaid, tmp_pat
     assert process.wait() == -9
     assert tree_state(folder) == before
     new = set((cache / "overlays").iterdir()) - existing
-    assert all(p.name.startswith(".building-") for p in new)  # only the abandoned build folder
+    new_shims = set((cache / "shims").iterdir()) - existing_shims
+    if stage in ("compiling shim", "shim: compiled"):
+        assert all(p.name.startswith(".shim-") for p in new_shims)  # no shim published half-built
+    if stage == "overlay: renamed":  # published whole: every file an overlay has, the new loader
+        [published] = new
+        assert not published.name.startswith(".") and (published / "torch").is_dir()
+        assert [path for path, _ in tree_state(published)] == [path for path, _ in before]
+        assert (published / "torch/_ndv_overlay/__init__.py").read_text().endswith(f"# {stage}\n")
+    else:
+        assert all(p.name.startswith(".building-") for p in new)  # only the abandoned build folder
     rebuilt = overlay.ensure(stack, changed, cache=cache, progress=quiet)
     assert (rebuilt / "torch/_ndv_overlay/manifest.json").is_file()
+    assert (rebuilt / "torch/_ndv_overlay/__init__.py").read_text().endswith(f"# {stage}\n")
+    assert stage != "overlay: renamed" or rebuilt == published  # taken as it is, not built again
     assert not list((cache / "overlays").glob(".building-*"))  # the abandoned one was removed
+    assert not list((cache / "shims").glob(".shim-*"))

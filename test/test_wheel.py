@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -162,21 +163,44 @@ def test_wrong_torch_and_no_compiler_are_refused_and_dist_is_unchanged(built, tm
     assert dist_state(path.parent) == before
 
 
-@pytest.mark.parametrize("stage", ["wheel: unpacking", "wheel: packing", "wheel: publishing"])
-def test_sigkill_at_any_stage_leaves_dist_as_it_was(built, stage):
+@pytest.fixture(scope="module")
+def changed(built):
+    """Another stack (patch 1's message changed: another label, wheel and manifest) and the
+    dist/ a complete build of it makes from the built one: the user's file and its wheel."""
     stack, src, tmp, path = built
-    before = dist_state(path.parent)
-    command = [str(ROOT / "scripts" / "stack.sh"), "--patches", str(stack.dir), "--overlay-src", str(src),
-               "wheel", "--dist", str(path.parent)]
-    env = {**os.environ, "NDV_CACHE": str(tmp / "cache")}
+    folder = tmp / "patches-changed"
+    shutil.copytree(stack.dir, folder)
+    first = folder / stack.series()[0]
+    first.write_text(first.read_text().replace("so tests see it.", "so tests see it (changed)."))
+    expected = tmp / "dist-changed"
+    expected.mkdir()
+    shutil.copy(path.parent / "notes.txt", expected)
+    new_path = wheel.main(Stack(folder), expected, overlay_src=src, cache=tmp / "cache", progress=quiet)
+    assert new_path.name != path.name
+    return Stack(folder), dist_state(expected)
+
+
+# The last two are pause points inside the publish (atomic.pause_point), not progress lines:
+# killed there, the new dist/ is assembled beside the old one, or has just been swapped in.
+@pytest.mark.parametrize("stage", ["wheel: unpacking", "wheel: packing", "publish: assembled", "publish: swapped"])
+def test_sigkill_at_any_stage_leaves_dist_as_it_was(built, changed, tmp_path, stage):
+    stack, src, tmp, path = built
+    new_stack, new_state = changed
+    dist = tmp_path / "dist"
+    shutil.copytree(path.parent, dist, copy_function=os.link)
+    before = dist_state(dist)
+    assert new_state != before and set(new_state) != set(before)
+    command = [str(ROOT / "scripts" / "stack.sh"), "--patches", str(new_stack.dir), "--overlay-src", str(src),
+               "wheel", "--dist", str(dist)]
+    env = {**os.environ, "NDV_CACHE": str(tmp / "cache"), "NDV_TEST_PAUSE_AT": stage}
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
     for line in process.stderr:
         if line.startswith(stage):
             process.send_signal(signal.SIGKILL)
             break
     assert process.wait() == -signal.SIGKILL
-    # Unchanged, or (killed after the swap) the same reproducible wheel: never a mix.
-    assert dist_state(path.parent) == before
+    # The old dist/ until the swap, the whole new one from it: never a mix.
+    assert dist_state(dist) == (new_state if stage == "publish: swapped" else before)
 
 
 def test_the_wheel_is_reproducible(built, tmp_path):

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ctypes
 import os
 import shutil
+import signal
+import sys
 import tempfile
 from pathlib import Path
 
@@ -28,3 +30,13 @@ def exchange(a: Path, b: Path) -> None:
     if libc.renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) != 0:
         errno = ctypes.get_errno()
         raise OSError(errno, f"renameat2 exchange of {a} and {b}: {os.strerror(errno)}")
+
+
+def pause_point(name: str) -> None:
+    """For tests only: with NDV_TEST_PAUSE_AT=NAME, say so on stderr and wait here until
+    killed, so that a test can SIGKILL the process inside a publish window and see what a
+    crash there leaves. Without it, nothing."""
+    if os.environ.get("NDV_TEST_PAUSE_AT") == name:
+        print(f"{name} (paused for a test)", file=sys.stderr, flush=True)
+        while True:
+            signal.pause()

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from ndvstack import cpp_text, lint, shims
-from ndvstack.atomic import build_dir
+from ndvstack.atomic import build_dir, pause_point
 from ndvstack.basetree import require_base_torch
 from ndvstack.installed import InstalledTorch
 from ndvstack.layers import DEFAULT_OVERLAY_SRC, lay_into, make_plan, manifest, patched_files, sha256
@@ -118,7 +118,9 @@ def ensure(stack: Stack, overlay_src: Path = DEFAULT_OVERLAY_SRC, cache: Path | 
         progress(f"overlay: linking {torch_dir} ...")
         _link_tree(torch_dir, tmp / "torch")
         lay_into(tmp, patched, libraries, overlay_src / "loader", data)
+        pause_point("overlay: laid")
         os.rename(tmp, final)
+        pause_point("overlay: renamed")
     except OSError:
         if not (final / "torch").is_dir():  # not a lost race with an identical build
             raise

@@ -13,7 +13,7 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from ndvstack.atomic import build_dir
+from ndvstack.atomic import build_dir, pause_point
 from ndvstack.errors import BadInput, WorkFailed
 
 SHIMS_FILE = "shims.toml"
@@ -141,6 +141,7 @@ def build(shim: Shim, toolchain: Toolchain, cache: Path, progress) -> Path:
         if unknown:
             raise WorkFailed(f"shim {shim.name}: libtorch_cpu.so exports no {unknown[0]}; "
                              f"the shim would replace nothing")
+        pause_point("shim: compiled")
         try:
             tmp.rename(cached.parent)
         except OSError:  # another build put it there first: same key, same content

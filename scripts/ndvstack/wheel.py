@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from ndvstack import lint, shims
-from ndvstack.atomic import build_dir, exchange
+from ndvstack.atomic import build_dir, exchange, pause_point
 from ndvstack.basetree import require_base_torch
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.layers import DEFAULT_OVERLAY_SRC, lay_into, make_plan, manifest, patched_files, sha256
@@ -68,10 +68,12 @@ def publish(built: Path, data: dict, dist: Path, tmp: Path) -> None:
                 (os.link if item.is_file() else shutil.copytree)(item, new / item.name)
     for path in (built, manifest_file):
         os.rename(path, new / path.name)
+    pause_point("publish: assembled")
     if dist.is_dir():
         exchange(new, dist)  # the old dist/ is now at NEW, removed with TMP
     else:
         os.rename(new, dist)
+    pause_point("publish: swapped")
 
 
 def _run_wheel(*args: str) -> None:
