@@ -1,5 +1,6 @@
 """The entry point as users run it: scripts/stack.sh, exit codes, --help."""
 
+import argparse
 import os
 import subprocess
 from pathlib import Path
@@ -7,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from fake_pytorch import five_patch_stack, stack_from_commits
+from ndvstack.cli import _parser
 
 ROOT = Path(__file__).resolve().parents[1]
 STACK_SH = ROOT / "scripts" / "stack.sh"
@@ -16,11 +18,39 @@ def run(*args, cwd=None):
     return subprocess.run([str(STACK_SH), *map(str, args)], capture_output=True, text=True, cwd=cwd)
 
 
-@pytest.mark.parametrize("verb", [None, "status", "lint", "apply", "export"])
+# Taken from the parser and the folders, so that a new verb, entry point or benchmark is covered.
+VERBS = sorted(next(a for a in _parser()._actions if isinstance(a, argparse._SubParsersAction)).choices)
+ENTRY_POINTS = sorted(p.name for p in (ROOT / "scripts").glob("*.sh") if not p.name.startswith("_"))
+BENCHMARKS = sorted(p.stem for p in (ROOT / "scripts" / "bench").glob("*.py"))
+
+
+def test_the_help_tests_cover_every_verb_entry_point_and_benchmark():
+    assert VERBS == ["apply", "base-tree", "checkout", "export", "lint", "overlay", "run", "status", "submit",
+                     "test", "verify-cpp", "wheel"]
+    assert ENTRY_POINTS == ["bench.sh", "build.sh", "checkout.sh", "scoreboard.sh", "selftest.sh", "stack.sh",
+                            "submit.sh", "test.sh"]
+    assert BENCHMARKS == ["apply_export", "compiled_views", "function_apply", "overlay"]
+
+
+@pytest.mark.parametrize("verb", [None, *VERBS])
 def test_every_verb_has_help(verb):
     result = run(*([verb] if verb else []), "--help")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"usage: stack.sh {verb or ''}".rstrip())
+
+
+@pytest.mark.parametrize("script", ENTRY_POINTS)
+def test_every_entry_point_has_help(script):
+    result = subprocess.run([str(ROOT / "scripts" / script), "--help"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: "), result.stdout[:200]
+
+
+@pytest.mark.parametrize("bench", BENCHMARKS)
+def test_every_benchmark_has_help(bench):
+    result = subprocess.run([str(ROOT / "scripts" / "bench.sh"), bench, "--help"], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith(f"usage: {bench}.py ")
 
 
 def test_bad_usage_exits_2():
