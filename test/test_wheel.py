@@ -120,17 +120,39 @@ EAGER_BUG = ("import torch\n"
              "print(torch.__version__, v.requires_grad)\n")
 
 
+# Patch 0002, a Python-only change to AOTAutograd: a view made under no_grad() comes back from
+# the compiled function as eager has it (a leaf without grad_fn), where stock regenerates it
+# with a grad_fn. Also prints whether the field the patch adds to OutputAliasInfo exists.
+COMPILED_BUG = ("import dataclasses, torch\n"
+                "from torch._functorch._aot_autograd.schemas import OutputAliasInfo\n"
+                "def f(x):\n"
+                "    y = x * 2\n"
+                "    with torch.no_grad():\n"
+                "        v = y.view(-1)\n"
+                "    return y, v\n"
+                "_, v = torch.compile(f, backend='aot_eager', fullgraph=True)(torch.randn(2, 3, requires_grad=True))\n"
+                "print(torch.__version__, v.grad_fn is None, v.is_leaf,\n"
+                "      'no_grad_view' in {f.name for f in dataclasses.fields(OutputAliasInfo)})\n")
+
+
 def test_the_real_stacks_wheel_fixes_the_eager_bug_in_a_fresh_venv(tmp_path):
+    """The C++ shim (patch 0001, eager) and the Python hunks (0002, compiled) are both active."""
     path = wheel.main(Stack(DEFAULT_PATCHES), tmp_path / "dist", progress=quiet)
     data = json.loads(Path(f"{path}.json").read_text())
     assert [s["name"] for s in data["shims"]] == ["mark_non_differentiable_views"]
+    assert "torch/_functorch/_aot_autograd/schemas.py" in data["overlaid"]
     python, pip, env = fresh_venv(tmp_path / "venv")
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
     subprocess.run([*pip, "install", str(path)], check=True)
     fixed = subprocess.run([python, "-c", EAGER_BUG], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert fixed.stdout.split() == [path.name.split("-")[1], "False"], fixed.stderr
+    fixed = subprocess.run([python, "-c", COMPILED_BUG], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert fixed.stdout.split() == [path.name.split("-")[1], "True", "True", "True"], fixed.stderr
     subprocess.run([*pip, "install", "--force-reinstall", "--no-deps", "torch==2.13.0"], check=True)
     stock = subprocess.run([python, "-c", EAGER_BUG], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert stock.stdout.split() == ["2.13.0+cpu", "True"], stock.stderr
+    stock = subprocess.run([python, "-c", COMPILED_BUG], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert stock.stdout.split() == ["2.13.0+cpu", "False", "False", "False"], stock.stderr
 
 
 def test_a_truncated_release_wheel_is_refused_and_dist_is_unchanged(built, tmp_path):
