@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from ndvstack import (apply, basetree, build, checkout, export, lint, overlay, run, status, submit,
+from ndvstack import (apply, basetree, build, checkout, each_prefix, export, lint, overlay, run, status, submit,
                       upstream_tests, verify_cpp, wheel)
 from ndvstack.repo import DEFAULT_BRANCH
 from ndvstack.errors import BadInput, StackError
@@ -105,6 +105,9 @@ def _parser() -> argparse.ArgumentParser:
                                                   "stock/ and stack/, one XML and log per run, and summary.json; "
                                                   "default: a new folder under $TMPDIR, kept)")
     p.add_argument("--cpp-from", type=Path, metavar="PATH", help=CPP_FROM_HELP)
+    p.add_argument("--each-prefix", action="store_true",
+                   help="instead: for each k, the first k patches overlaid and the test files patch k adds "
+                        "or changes run on them (patched side only); exit 1 if a prefix fails its own tests")
 
     p = verbs.add_parser("verify-cpp", help="verify the C++ patch text by compiling it, not only its shim",
                          description="Apply each C++ patch's hunks to the base text from --source (no "
@@ -215,6 +218,12 @@ def main(argv: list[str] | None = None) -> int:
             basetree.main(stack, args.out)
         elif args.verb == "overlay":
             overlay.main(stack, sys.stdout, args.overlay_src, args.allow_unshimmed)
+        elif args.verb == "test" and args.each_prefix:
+            given = [f"--{name.replace('_', '-')}" for name in ("pytorch", "onto", "stock_python", "patched_python",
+                                                                "cpp_from") if getattr(args, name)]
+            if given:
+                raise BadInput(f"--each-prefix runs the stack's own test files on the overlay; not with {given[0]}")
+            each_prefix.main(stack, sys.stdout, args.junit_dir, overlay_src=args.overlay_src)
         elif args.verb == "test":
             upstream_tests.main(stack, sys.stdout, args.junit_dir, pytorch=args.pytorch, onto=args.onto,
                                 stock_python=args.stock_python, patched_python=args.patched_python,
