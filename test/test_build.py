@@ -186,6 +186,27 @@ def test_dry_run_cpu_sccache_remote_and_scikit_build_core_era(tmp_path):
     assert "onto       <base> (HEAD)" in text
 
 
+def test_ccache_is_preferred_when_both_caches_are_on_path(tmp_path, source):
+    fake, stack = source
+    tools = fake_tools(tmp_path / "tools", sccache="sccache 0.8.2")
+    text = plan_text(stack, fake, tmp_path, machine(tmp_path, tools))
+    assert "  cache      ccache 4.9.1 (<tmp>/tools/ccache); remote: none\n" in text
+    assert "CMAKE_CXX_COMPILER_LAUNCHER=<tmp>/tools/ccache\n" in text and "sccache" not in text
+
+
+def test_the_checkouts_build_system_requires_are_pinned_into_the_build_venv(tmp_path):
+    """Issue 16: the checkout's [build-system] requires, as requirements-build.txt, come pinned."""
+    fake = fake_pytorch_source(tmp_path, tmp_path / "patches", requires=["six>=1.10"])
+    host = machine(tmp_path)
+    plan = build.preflight(Stack(tmp_path / "patches"), options(fake, tmp_path), host)
+    pins = buildvenv.read_pins()
+    assert plan.venv.packages == (f"build=={pins['build']}", f"six=={pins['six']}")
+    assert plan.python == str(plan.venv.python)  # all from the build venv, never a mix
+    text = plan_text(Stack(tmp_path / "patches"), fake, tmp_path, host)
+    assert (f"  packages   pinned into the build venv (<venv>/python lacks six>=1.10): build=={pins['build']}, "
+            f"six=={pins['six']}\n") in text
+
+
 NO_PROGRAM_PINS = {name: version for name, version in buildvenv.read_pins().items()
                    if name not in ("cmake", "ninja")}
 
