@@ -65,9 +65,11 @@ def test_each_prefix_reports_per_prefix_and_fails_the_one_that_does_not_bisect(u
     assert shims[1] == "shim = []\n" and f'patch = "{names[1]}"' in shims[2] and shims[3] == shims[2]
 
 
-def test_each_prefix_refuses_the_options_of_a_checkout_or_another_python():
-    result = subprocess.run([str(ROOT / "scripts" / "test.sh"), "--each-prefix", "--pytorch", "/nowhere"],
+@pytest.mark.parametrize("option", [["--pytorch", "/nowhere"], ["--upstream-tests", "/nowhere"],
+                                    ["--select", "quick"], ["--patched-python", "/nowhere/python"]])
+def test_each_prefix_refuses_the_options_of_a_checkout_or_another_python(option):
+    result = subprocess.run([str(ROOT / "scripts" / "test.sh"), "--each-prefix", *option],
                             capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr == ("error: --each-prefix runs the stack's own test files on the overlay; "
-                             "not with --pytorch\n")
+                             f"not with {option[0]}\n")

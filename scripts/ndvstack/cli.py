@@ -219,8 +219,9 @@ def main(argv: list[str] | None = None) -> int:
         elif args.verb == "overlay":
             overlay.main(stack, sys.stdout, args.overlay_src, args.allow_unshimmed)
         elif args.verb == "test" and args.each_prefix:
-            given = [f"--{name.replace('_', '-')}" for name in ("pytorch", "onto", "stock_python", "patched_python",
-                                                                "cpp_from") if getattr(args, name)]
+            given = [f"--{name.replace('_', '-')}" for name in ("pytorch", "upstream_tests", "select", "onto",
+                                                                "stock_python", "patched_python", "cpp_from")
+                     if getattr(args, name)]
             if given:
                 raise BadInput(f"--each-prefix runs the stack's own test files on the overlay; not with {given[0]}")
             each_prefix.main(stack, sys.stdout, args.junit_dir, overlay_src=args.overlay_src)
