@@ -7,17 +7,18 @@
 // torch::autograd::Function<T>) that was passed to
 // ctx.mark_non_differentiable() and is a view is returned as an out-of-place
 // detached alias (var.detach(): same storage and version counter as its base,
-// requires_grad=False, grad_fn=None, no forward-mode tangent). Stock 2.13.0
-// skips views (`else if (!var.is_view()) var.detach_();`), so they keep
-// requiring grad.
+// requires_grad=False, grad_fn=None, no forward-mode tangent at any level, not
+// a view), whether or not it required grad. The one exception is an input
+// marked dirty and returned as-is: it is the input itself (or, if it required
+// grad, already a detached alias of it). Stock 2.13.0 skips views (`else if
+// (!var.is_view()) var.detach_();`), so they keep requiring grad.
 //
 // How: this file defines torch::autograd::_wrap_outputs with the exact 2.13.0
 // signature. Loaded ahead of libtorch_cpu.so (LD_PRELOAD, or ctypes.CDLL with
 // RTLD_GLOBAL before `import torch`), it wins the symbol lookup of every
 // caller (libtorch_python.so, C++ extensions, libtorch_cpu.so itself all call
 // it through the PLT). It calls the original (found with dlsym(RTLD_NEXT)) and
-// then, once every output's history is set, replaces each marked view that
-// still requires grad (or carries a forward-mode tangent through its base).
+// then, once every output's history is set, replaces each marked view.
 // Unmarked views are never touched, so an unmarked view returned under no_grad
 // keeps requiring grad as today.
 #include <atomic>
@@ -57,14 +58,17 @@ optional_variable_list _wrap_outputs(
       view_as_self_fn,
       pure_view);
   // Same loop as the upstream fix (end of _wrap_outputs, after forward AD):
-  // every output's history and forward grad are set by now, so whether a
-  // marked view requires grad no longer depends on the order in which it
-  // and its base were returned.
+  // every output's history and forward grad are set by now, so the result no
+  // longer depends on the order in which a marked view and its base were
+  // returned.
   for (const auto i : c10::irange(outputs.size())) {
     auto& out = outputs[i];
-    if (out.has_value() && out->is_view() &&
-        non_differentiable.count(raw_outputs[i]->unsafeGetTensorImpl()) > 0 &&
-        (out->requires_grad() || out->_fw_grad(/*level=*/0).defined())) {
+    if (!out.has_value() || !out->is_view()) {
+      continue;
+    }
+    auto* out_tensor_impl = raw_outputs[i]->unsafeGetTensorImpl();
+    if (non_differentiable.count(out_tensor_impl) > 0 &&
+        dirty_inputs.count(out_tensor_impl) == 0) {
       out = out->detach();
     }
   }
