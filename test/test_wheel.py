@@ -120,7 +120,8 @@ EAGER_BUG = ("import torch\n"
              "print(torch.__version__, v.requires_grad)\n")
 
 
-# Patch 0002, a Python-only change to AOTAutograd: a view made under no_grad() comes back from
+# [aotautograd] Regenerate views created under no_grad() under no_grad(), a Python-only change
+# to AOTAutograd: a view made under no_grad() comes back from
 # the compiled function as eager has it (a leaf without grad_fn), where stock regenerates it
 # with a grad_fn. Also prints whether the field the patch adds to OutputAliasInfo exists.
 COMPILED_BUG = ("import dataclasses, torch\n"
@@ -136,7 +137,8 @@ COMPILED_BUG = ("import dataclasses, torch\n"
 
 
 def test_the_real_stacks_wheel_fixes_the_eager_bug_in_a_fresh_venv(tmp_path):
-    """The C++ shim (patch 0001, eager) and the Python hunks (0002, compiled) are both active."""
+    """The C++ shim (patch 0001, eager) and the Python hunks (the no_grad() view patch, compiled)
+    are both active."""
     path = wheel.main(Stack(DEFAULT_PATCHES), tmp_path / "dist", progress=quiet)
     data = json.loads(Path(f"{path}.json").read_text())
     assert [s["name"] for s in data["shims"]] == ["mark_non_differentiable_views"]
