@@ -8,9 +8,10 @@
 // ctx.mark_non_differentiable() and is a view is returned as an out-of-place
 // detached alias (var.detach(): same storage and version counter as its base,
 // requires_grad=False, grad_fn=None, no forward-mode tangent at any level, not
-// a view), whether or not it required grad. The one exception is an input
-// marked dirty and returned as-is: it is the input itself (or, if it required
-// grad, already a detached alias of it). Stock 2.13.0 skips views (`else if
+// a view), whether or not it required grad; a view returned in more than one
+// place gets one alias. The one exception is an input marked dirty and
+// returned as-is: it is the input itself (or, if it required grad, already a
+// detached alias of it). Stock 2.13.0 skips views (`else if
 // (!var.is_view()) var.detach_();`), so they keep requiring grad.
 //
 // How: this file defines torch::autograd::_wrap_outputs with the exact 2.13.0
@@ -67,8 +68,20 @@ optional_variable_list _wrap_outputs(
       continue;
     }
     auto* out_tensor_impl = raw_outputs[i]->unsafeGetTensorImpl();
-    if (non_differentiable.count(out_tensor_impl) > 0 &&
-        dirty_inputs.count(out_tensor_impl) == 0) {
+    if (non_differentiable.count(out_tensor_impl) == 0 ||
+        dirty_inputs.count(out_tensor_impl) > 0) {
+      continue;
+    }
+    // A view returned more than once gets one alias, as it was one tensor.
+    size_t first = 0;
+    while (first < i &&
+           !(raw_outputs[first].has_value() &&
+             raw_outputs[first]->unsafeGetTensorImpl() == out_tensor_impl)) {
+      ++first;
+    }
+    if (first < i) {
+      out = outputs[first];
+    } else {
       out = out->detach();
     }
   }
