@@ -355,6 +355,17 @@ def test_upstream_tests_a_b_per_test_id_with_a_table_and_a_summary(tmp_path, sui
                 ("test_runs_beside_the_other_side", []))}
 
 
+def test_a_relative_junit_dir_is_the_callers_not_the_upstream_folders(tmp_path, suite, monkeypatch):
+    # pytest runs in DIR/test: a relative --junit-dir once made it write its XML there (as .ci/run's
+    # build/upstream-tests did into ../shared), and the run failed with "wrote no report".
+    monkeypatch.chdir(tmp_path)
+    table, _ = run_suite(suite, Path("reports"), select="quick")
+    assert table
+    for side in ("stock", "stack"):
+        assert [junit_tags(x) for x in (tmp_path / "reports" / side).glob("*.xml")]
+    assert not any((suite[1] / "test").rglob("*.xml"))
+
+
 def test_each_side_has_its_own_inductor_cache_and_they_run_at_the_same_time(tmp_path, suite):
     table, _ = run_suite(suite, tmp_path / "reports", select="quick")
     assert {row.test_id: (row.stock, row.stack) for row in table if "beside" in row.test_id} == {

@@ -157,6 +157,7 @@ def outcomes(junit: Path) -> dict[str, str]:
 
 
 def run_side(side: Side, cwd: Path, ids: list[str], junit: Path, deselect: list[str] = ()) -> dict[str, str]:
+    junit = junit.absolute()  # pytest runs in cwd: a relative path would land there
     command = [side.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(cwd),
                f"--junitxml={junit}", *ids, *(f"--deselect={d}" for d in deselect)]
     result = subprocess.run(command, cwd=cwd, env=side.env, capture_output=True, text=True)
@@ -318,7 +319,7 @@ def _run_suite_side(side: Side, test_dir: Path, runs: list[SuiteRun], deselect: 
     (reports / side.name).mkdir(parents=True, exist_ok=True)
     results, seconds = {}, {}
     for number, suite in enumerate(runs, 1):
-        junit = reports / side.name / f"{suite.report_name}.xml"
+        junit = (reports / side.name / f"{suite.report_name}.xml").absolute()  # pytest runs in test_dir
         junit.unlink(missing_ok=True)
         command = [side.python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                    "--rootdir", str(test_dir), f"--junitxml={junit}", suite.target,
