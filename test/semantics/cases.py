@@ -1657,24 +1657,6 @@ def reg_export_slices_and_detach(x):
     return y[:2], y[2:], y.detach()
 
 
-class _UnmarkedViewOfInput(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.view(-1)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g.view(2, 3)
-
-
-# An unmarked view of the input returned by a Function called under an inner no_grad():
-# eager (and stock) give requires_grad=True and a view.
-@case(M23, owner="issue-5")
-def reg_unmarked_function_view_inner_no_grad(x):
-    with torch.no_grad():
-        return (_UnmarkedViewOfInput.apply(x),)
-
-
 def _requires_grad_and_view_as_eager(case, mode):
     """check: requires_grad and _is_view() of each output, compiled as in eager."""
     eager, compiled = _compiled_and_eager_outs(case, mode)
@@ -1684,9 +1666,13 @@ def _requires_grad_and_view_as_eager(case, mode):
             if (e.requires_grad, e._is_view()) != (c.requires_grad, c._is_view())]
 
 
-for _c in CASES:
-    if _c.name == "reg_unmarked_function_view_inner_no_grad":
-        _c.check, _c.check_modes = _requires_grad_and_view_as_eager, ("aot_function", "aot_eager")
+# An unmarked view of the input returned by a Function called under an inner no_grad():
+# eager (and stock) give requires_grad=True and a view.
+@case(M23, owner="issue-5", check=_requires_grad_and_view_as_eager,
+      check_modes=("aot_function", "aot_eager"))
+def reg_unmarked_function_view_inner_no_grad(x):
+    with torch.no_grad():
+        return (ViewOfInputFn.apply(x),)
 
 
 # A view of an intermediate that is not returned, not requiring grad, next to an output that

@@ -10,7 +10,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from harness import ERROR_CLASSES, diff_records, error_class, observe  # noqa: E402
-from cases import Case  # noqa: E402
+from cases import Case, ViewOfInputFn  # noqa: E402
 
 
 def _x():
@@ -27,16 +27,6 @@ def _inference_view(x):
     y = x * 2
     with torch.inference_mode():
         return y, y.view(-1)
-
-
-class _ViewOfInput(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        return x.view(-1)
-
-    @staticmethod
-    def backward(ctx, g):
-        return g.view(2, 3)
 
 
 def _base_modified(make):
@@ -65,8 +55,8 @@ PROVOKE = {
     "leaf-inplace": lambda: _x().add_(1),
     "multi-output-view-inplace": lambda: (_x() * 2).unbind(0)[0].add_(1),
     "multi-output-view-base-modified": lambda: _base_modified(lambda: (lambda y: (y, y.unbind(0)[0]))(_x() * 2)),
-    "custom-function-view-inplace": lambda: _ViewOfInput.apply(_x() * 1).add_(1),
-    "custom-function-view-base-modified": lambda: _base_modified(lambda: (lambda y: (y, _ViewOfInput.apply(y)))(
+    "custom-function-view-inplace": lambda: ViewOfInputFn.apply(_x() * 1).add_(1),
+    "custom-function-view-base-modified": lambda: _base_modified(lambda: (lambda y: (y, ViewOfInputFn.apply(y)))(
         _x() * 1)),
     "no_grad-view-inplace": lambda: _no_grad_view(_x())[1].add_(1),
     "no_grad-view-base-modified": lambda: _base_modified(lambda: _no_grad_view(_x())),
