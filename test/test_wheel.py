@@ -133,11 +133,11 @@ COMPILED_BUG = ("import dataclasses, torch\n"
                 "    return y, v\n"
                 "_, v = torch.compile(f, backend='aot_eager', fullgraph=True)(torch.randn(2, 3, requires_grad=True))\n"
                 "print(torch.__version__, v.grad_fn is None, v.is_leaf,\n"
-                "      'no_grad_view' in {f.name for f in dataclasses.fields(OutputAliasInfo)})\n")
+                "      'autograd_view' in {f.name for f in dataclasses.fields(OutputAliasInfo)})\n")
 
 
 def test_the_real_stacks_wheel_fixes_the_eager_bug_in_a_fresh_venv(tmp_path):
-    """The C++ shim (patch 0001, eager) and the Python hunks (the no_grad() view patch, compiled)
+    """The C++ shim (the [autograd] patch, eager) and the Python hunks (the CreationMeta patch, compiled)
     are both active."""
     path = wheel.main(Stack(DEFAULT_PATCHES), tmp_path / "dist", progress=quiet)
     data = json.loads(Path(f"{path}.json").read_text())

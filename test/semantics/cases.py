@@ -1676,7 +1676,7 @@ def reg_unmarked_function_view_inner_no_grad(x):
 
 
 # A view of an intermediate that is not returned, not requiring grad, next to an output that
-# does: the compiled autograd.Function marks it non-differentiable, and 0001 returns a marked
+# does: the compiled autograd.Function marks it non-differentiable, and the [autograd] patch returns a marked
 # view as a detached alias, so AOTAutograd must regenerate it as a view (eager: a view). The
 # harness does not count the view-ness of a view of a dead intermediate; the check does.
 @case(M23, owner="issue-5", check=_requires_grad_and_view_as_eager,
