@@ -11,7 +11,8 @@ the yardstick for the stack's regenerated outputs.
 Each side runs in its own worker process (`stack.sh run --stock` / `stack.sh run`), the
 two alternating for --rounds rounds so that drift hits both alike. A worker compiles each
 function with aot_eager and inductor, warms up, then times forward calls and
-forward+backward calls. The parent prints stock and patched medians and their ratio.
+forward+backward calls. The parent prints stock and patched medians and their ratio, and
+the ratio relative to the control's in the same round ("vs control", median over rounds).
 """
 
 import argparse
@@ -141,7 +142,9 @@ def parent(args) -> None:
                "--warmup", str(args.warmup), "--samples", str(args.samples), "--calls", str(args.calls)]
     sides = {"stock": command[:2] + ["--stock"] + command[2:], "patched": command}
     samples: dict = {side: {} for side in sides}
+    per_round: list = []  # per round: {key: patched/stock median ratio}
     for round_number in range(args.rounds):
+        this_round: dict = {side: {} for side in sides}
         order = list(sides) if round_number % 2 == 0 else list(reversed(sides))
         for side in order:
             result = subprocess.run(sides[side], capture_output=True, text=True)
@@ -151,11 +154,19 @@ def parent(args) -> None:
                 raise SystemExit(f"error: the {side} worker failed (exit {result.returncode})")
             for key, values in json.loads(lines[-1]).items():
                 samples[side].setdefault(key, []).extend(values)
+                this_round[side][key] = statistics.median(values)
+        per_round.append({key: this_round["patched"][key] / this_round["stock"][key] for key in this_round["stock"]})
         print(f"round {round_number + 1}/{args.rounds} done", file=sys.stderr)
-    print(f"{'case':58s} {'stock µs':>9s} {'patched µs':>11s} {'ratio':>6s}")
+    # "vs control": per round, the ratio divided by the same backend's and label's ratio for
+    # no_views (which the stack cannot touch), then the median over rounds: what is left of
+    # the drift between two worker processes, which moves every row of a round alike.
+    print(f"{'case':58s} {'stock µs':>9s} {'patched µs':>11s} {'ratio':>6s} {'vs control':>10s}")
     for key in samples["stock"]:
         stock, patched = statistics.median(samples["stock"][key]), statistics.median(samples["patched"][key])
-        print(f"{key:58s} {stock:9.1f} {patched:11.1f} {patched / stock:6.3f}")
+        backend, _, label = key.split(" ")
+        control = f"{backend} no_views {label}"
+        vs_control = statistics.median(r[key] / r[control] for r in per_round)
+        print(f"{key:58s} {stock:9.1f} {patched:11.1f} {patched / stock:6.3f} {vs_control:10.3f}")
     for backend in BACKENDS:
         for label in ("fwd", "inference"):
             anchor = [statistics.median(samples["stock"][f"{backend} anchor_{name} {label}"])
