@@ -98,6 +98,56 @@ def functions():
             unbind_input]
 
 
+def dump_code() -> None:
+    """Prints, as JSON, the runtime code AOTAutograd generates for each function's training
+    graph ("fwd": its input requires grad) and inference graph: what runs per call around the
+    compiled graph."""
+    import torch
+    from torch._functorch._aot_autograd import subclass_codegen
+
+    sources: dict = {}
+    current: list = []
+    original = subclass_codegen._compile_and_exec_source
+
+    def recording(source, *args, **kwargs):
+        current.append(source)
+        return original(source, *args, **kwargs)
+
+    subclass_codegen._compile_and_exec_source = recording
+    for backend in BACKENDS:
+        for fn in functions():
+            for label, requires_grad in (("fwd", True), ("inference", False)):
+                torch._dynamo.reset()
+                current.clear()
+                torch.compile(fn, backend=backend)(torch.randn(4, 3, requires_grad=requires_grad))
+                sources[f"{backend} {fn.__name__} {label}"] = list(current)
+    print(json.dumps(sources))
+
+
+def same_code() -> None:
+    """Stock and the stack side by side: is each graph's generated runtime code the same? Where
+    it is, the stack adds nothing per call there (ratio 1 by construction), a finer statement
+    than the timed rows can make on a loaded machine."""
+    command = [str(STACK_SH), "run", "--", "python", str(Path(__file__).resolve()), "--worker-dump-code"]
+    sides = {"stock": command[:2] + ["--stock"] + command[2:], "patched": command}
+    code = {}
+    for side, cmd in sides.items():
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+        if result.returncode != 0 or not lines:
+            sys.stderr.write(result.stderr[-3000:])
+            raise SystemExit(f"error: the {side} worker failed (exit {result.returncode})")
+        code[side] = json.loads(lines[-1])
+    for key in code["stock"]:
+        identical = code["stock"][key] == code["patched"].get(key)
+        pieces = len(code["stock"][key])
+        print(f"{key:58s} {'same' if identical else 'DIFFERS'} ({pieces} generated functions)")
+    for label in ("fwd", "inference"):
+        keys = [key for key in code["stock"] if key.endswith(f" {label}")]
+        same = sum(code["stock"][key] == code["patched"].get(key) for key in keys)
+        print(f"{label}: {same} of {len(keys)} graphs run the same generated code with the stack")
+
+
 def worker(args) -> None:
     import torch
 
@@ -181,9 +231,17 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=50)
     parser.add_argument("--samples", type=int, default=15)
     parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--same-code", action="store_true",
+                        help="instead of timing: compare the runtime code generated for each graph")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-dump-code", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    worker(args) if args.worker else parent(args)
+    if args.worker_dump_code:
+        dump_code()
+    elif args.same_code:
+        same_code()
+    else:
+        worker(args) if args.worker else parent(args)
 
 
 if __name__ == "__main__":
