@@ -124,28 +124,35 @@ def dump_code() -> None:
     print(json.dumps(sources))
 
 
+def worker_commands(*worker_args: str) -> dict:
+    """The worker's command line per side: stock and the stack."""
+    command = [str(STACK_SH), "run", "--", "python", str(Path(__file__).resolve()), *worker_args]
+    return {"stock": command[:2] + ["--stock"] + command[2:], "patched": command}
+
+
+def run_worker(side: str, command: list) -> dict:
+    """Runs one worker and returns the JSON object it printed last."""
+    result = subprocess.run(command, capture_output=True, text=True)
+    lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
+    if result.returncode != 0 or not lines:
+        sys.stderr.write(result.stderr[-3000:])
+        raise SystemExit(f"error: the {side} worker failed (exit {result.returncode})")
+    return json.loads(lines[-1])
+
+
 def same_code() -> None:
     """Stock and the stack side by side: is each graph's generated runtime code the same? Where
     it is, the stack adds nothing per call there (ratio 1 by construction), a finer statement
     than the timed rows can make on a loaded machine."""
-    command = [str(STACK_SH), "run", "--", "python", str(Path(__file__).resolve()), "--worker-dump-code"]
-    sides = {"stock": command[:2] + ["--stock"] + command[2:], "patched": command}
-    code = {}
-    for side, cmd in sides.items():
-        result = subprocess.run(cmd, capture_output=True, text=True)
-        lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-        if result.returncode != 0 or not lines:
-            sys.stderr.write(result.stderr[-3000:])
-            raise SystemExit(f"error: the {side} worker failed (exit {result.returncode})")
-        code[side] = json.loads(lines[-1])
-    for key in code["stock"]:
-        identical = code["stock"][key] == code["patched"].get(key)
+    code = {side: run_worker(side, command) for side, command in worker_commands("--worker-dump-code").items()}
+    same = {key: sources == code["patched"].get(key) for key, sources in code["stock"].items()}
+    for key, identical in same.items():
         pieces = len(code["stock"][key])
         print(f"{key:58s} {'same' if identical else 'DIFFERS'} ({pieces} generated functions)")
     for label in ("fwd", "inference"):
-        keys = [key for key in code["stock"] if key.endswith(f" {label}")]
-        same = sum(code["stock"][key] == code["patched"].get(key) for key in keys)
-        print(f"{label}: {same} of {len(keys)} graphs run the same generated code with the stack")
+        keys = [key for key in same if key.endswith(f" {label}")]
+        print(f"{label}: {sum(same[key] for key in keys)} of {len(keys)} graphs run the same generated code"
+              " with the stack")
 
 
 def worker(args) -> None:
@@ -188,21 +195,15 @@ def worker(args) -> None:
 
 
 def parent(args) -> None:
-    command = [str(STACK_SH), "run", "--", "python", str(Path(__file__).resolve()), "--worker",
-               "--warmup", str(args.warmup), "--samples", str(args.samples), "--calls", str(args.calls)]
-    sides = {"stock": command[:2] + ["--stock"] + command[2:], "patched": command}
+    sides = worker_commands("--worker", "--warmup", str(args.warmup), "--samples", str(args.samples),
+                            "--calls", str(args.calls))
     samples: dict = {side: {} for side in sides}
     per_round: list = []  # per round: {key: patched/stock median ratio}
     for round_number in range(args.rounds):
         this_round: dict = {side: {} for side in sides}
         order = list(sides) if round_number % 2 == 0 else list(reversed(sides))
         for side in order:
-            result = subprocess.run(sides[side], capture_output=True, text=True)
-            lines = [line for line in result.stdout.splitlines() if line.startswith("{")]
-            if result.returncode != 0 or not lines:
-                sys.stderr.write(result.stderr[-3000:])
-                raise SystemExit(f"error: the {side} worker failed (exit {result.returncode})")
-            for key, values in json.loads(lines[-1]).items():
+            for key, values in run_worker(side, sides[side]).items():
                 samples[side].setdefault(key, []).extend(values)
                 this_round[side][key] = statistics.median(values)
         per_round.append({key: this_round["patched"][key] / this_round["stock"][key] for key in this_round["stock"]})
