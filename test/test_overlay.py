@@ -185,3 +185,30 @@ def test_sigkill_leaves_earlier_overlays_and_no_half_built_one(overlaid, tmp_pat
     assert stage != "overlay: renamed" or rebuilt == published  # taken as it is, not built again
     assert not list((cache / "overlays").glob(".building-*"))  # the abandoned one was removed
     assert not list((cache / "shims").glob(".shim-*"))
+
+
+def test_a_new_build_removes_the_overlays_of_torch_installs_that_are_gone(overlaid, tmp_path):
+    stack, src, cache, folder = overlaid
+    manifest = json.loads((folder / "torch/_ndv_overlay/manifest.json").read_text())
+
+    def cached_overlay(name, site):
+        entry = cache / "overlays" / name
+        (entry / "torch/_ndv_overlay").mkdir(parents=True)
+        data = {**manifest, "origin": {**manifest["origin"], "site": str(site)}}
+        (entry / "torch/_ndv_overlay/manifest.json").write_text(json.dumps(data))
+        return entry
+
+    gone = tmp_path / "deleted-venv/lib/python3.11/site-packages/torch"
+    dead = cached_overlay("0" * 32, gone)
+    alive = cached_overlay("1" * 32, TORCH_DIR)
+    unknown = cache / "overlays" / "not-an-overlay"
+    unknown.mkdir(parents=True)
+    messages = []
+    assert overlay.ensure(stack, src, cache=cache, progress=messages.append) == folder
+    assert dead.is_dir(), "a warm overlay (no build) looks at nothing else"
+    changed = shutil.copytree(src, tmp_path / "src")
+    with open(changed / "native/counting_shim.cpp", "a") as source:
+        source.write("// changed again\n")
+    overlay.ensure(stack, changed, cache=cache, progress=messages.append)
+    assert not dead.exists() and alive.is_dir() and unknown.is_dir() and folder.is_dir()
+    assert "overlay: removed 1 cached overlays of torch installs that no longer exist" in messages

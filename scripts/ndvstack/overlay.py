@@ -5,7 +5,8 @@ files (never edited: each patched file is written as a new file), the stack's pa
 Python files, and torch/_ndv_overlay/ with the compiled native shims and their loader.
 Putting the folder first on PYTHONPATH (see `run`) makes `import torch` take it.
 Overlays are cached by a content hash of everything that goes into them and built in
-a temporary folder renamed into place, so an interrupted build never changes one.
+a temporary folder renamed into place, so an interrupted build never changes one. A new
+build removes the cached overlays of torch installs that are gone (see prune_dead).
 """
 
 from __future__ import annotations
@@ -71,6 +72,23 @@ def _link_tree(source: Path, target: Path) -> None:
                 os.symlink(Path(folder, name), target / rel / name)
 
 
+def prune_dead(builds: Path) -> list[Path]:
+    """Removes the cached overlays whose torch install is gone (a deleted venv, a scratch
+    clone): none can be used again, its key names that install, and its hard links would
+    keep all of that torch's files (about 750 MB) on disk."""
+    removed = []
+    for folder in sorted(builds.iterdir()):
+        try:
+            data = json.loads((folder / "torch/_ndv_overlay/manifest.json").read_text())
+            site = Path(data["origin"]["site"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a build in progress, or not an overlay: left alone
+        if not site.is_dir():
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    return removed
+
+
 def ensure(stack: Stack, overlay_src: Path = DEFAULT_OVERLAY_SRC, cache: Path | None = None,
            allow_unshimmed: bool = False, progress=lambda msg: print(msg, file=sys.stderr),
            cpp_from: Path | None = None, torch: InstalledTorch | None = None,
@@ -126,6 +144,9 @@ def ensure(stack: Stack, overlay_src: Path = DEFAULT_OVERLAY_SRC, cache: Path | 
             raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    dead = prune_dead(builds)
+    if dead:
+        progress(f"overlay: removed {len(dead)} cached overlays of torch installs that no longer exist")
     native = "compiled C++ texts" if texts is not None else "shims"
     progress(f"overlay: {len(patched)} Python files, {len(libraries)} {native}, {len(plan.skipped)} "
              f"hunks skipped -> {final} ({time.monotonic() - start:.1f}s)")
