@@ -1,3 +1,4 @@
+import shutil
 import sys
 from pathlib import Path
 
@@ -14,7 +15,8 @@ def git_identity(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.mktemp("home")
     for key, value in environment_for_git(home).items():
         monkeypatch.setenv(key, value)
-    return home
+    yield home
+    shutil.rmtree(home, ignore_errors=True)  # per test, like tmp_path: caches in it can be large
 
 
 @pytest.fixture

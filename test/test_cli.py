@@ -126,3 +126,37 @@ def test_first_use_creates_the_venv_with_the_pins_and_reuses_it(tmp_path):
     env["PATH"] = f"{no_npm}:{os.environ['PATH']}"
     tests = subprocess.run([str(ROOT / "scripts" / "selftest.sh"), "--help"], capture_output=True, text=True, env=env)
     assert tests.returncode == 0 and "installing" not in tests.stderr and not (tmp_path / "npm-calls").exists()
+
+
+def test_the_test_command_runs_in_a_temporary_folder_of_its_own_and_removes_it(tmp_path):
+    """Inductor's precompiled headers (150 MB for each torch location) ignore
+    TORCHINDUCTOR_CACHE_DIR and pytest keeps its last runs: only a TMPDIR of the run's own,
+    removed at the end, leaves a machine that runs the tests again and again as it was."""
+    outer = tmp_path / "tmp"
+    outer.mkdir()
+    probe = tmp_path / "test_probe.py"
+    seen = tmp_path / "seen"
+    probe.write_text("import os, tempfile\n"
+                     "def test_probe():\n"
+                     f"    open({str(seen)!r}, 'w').write(tempfile.gettempdir())\n")
+    env = {**os.environ, "TMPDIR": str(outer)}
+    result = subprocess.run([str(ROOT / "scripts" / "selftest.sh"), "-n0", "-q", "-p", "no:cacheprovider",
+                             str(probe)], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_tmp = Path(seen.read_text())
+    assert run_tmp.parent == outer and run_tmp.name.startswith("ndv-selftest.")
+    assert list(outer.iterdir()) == []
+
+
+def test_the_whole_suite_is_refused_at_once_on_a_full_disk(tmp_path):
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "df").write_text("#!/bin/sh\necho 'Filesystem 1024-blocks Used Available Capacity Mounted on'\n"
+                                 "echo '/dev/vda 264000000 263700000 300000 99% /'\n")
+    (fake_bin / "df").chmod(0o755)
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PATH": f"{fake_bin}:{os.environ['PATH']}"}
+    result = subprocess.run([str(ROOT / "scripts" / "selftest.sh")], capture_output=True, text=True, env=env)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1] == (f"error: selftest.sh needs 8 GiB free in {tmp_path} "
+                                              "(the whole suite); it has 0 GiB")
+    assert result.stdout == "" and sorted(p.name for p in tmp_path.iterdir()) == ["bin"]
