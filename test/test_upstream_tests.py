@@ -200,6 +200,7 @@ def test_checkout_mode_refusals(tmp_path, checkout):
 # that says it is patched; FAKE_BREAK / FAKE_SKIP make the stack break or skip a test.
 FAKE_SUITE = '''\
 import os
+import tempfile
 import time
 import unittest
 from pathlib import Path
@@ -230,6 +231,7 @@ class TestSuite(unittest.TestCase):
         # two sides must run at the same time.
         record = Path(os.environ["FAKE_RECORD"])
         (record / f"{SIDE}.cache").write_text(os.environ.get("TORCHINDUCTOR_CACHE_DIR", "unset"))
+        (record / f"{SIDE}.tmp").write_text(tempfile.gettempdir())
         other = record / ("stock.cache" if PATCHED else "stack.cache")
         deadline = time.monotonic() + 30
         while not other.exists() and time.monotonic() < deadline:
@@ -375,6 +377,9 @@ def test_each_side_has_its_own_inductor_cache_and_they_run_at_the_same_time(tmp_
     assert stock != stack
     assert tmp_path / "the caller's cache" not in (stock, stack)
     assert stock.name == "stock" and stack.name == "stack"
+    # TMPDIR too (inductor's precompiled headers ignore the cache): inside the cache, gone after.
+    tmps = [Path((record / f"{side}.tmp").read_text()) for side in ("stock", "stack")]
+    assert tmps == [stock / "tmp", stack / "tmp"] and not stock.exists() and not stack.exists()
 
 
 def test_a_regression_fails_the_run_naming_the_test(tmp_path, suite, monkeypatch):

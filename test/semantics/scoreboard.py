@@ -78,6 +78,10 @@ def run_side(side, json_out, shard=None, inductor_cache=None):
     env = dict(os.environ)
     if inductor_cache:  # one compile cache per side: stock artefacts never serve the stack
         env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(inductor_cache, side)
+        # and a TMPDIR beside it, removed with it: inductor's precompiled headers (150 MB for each
+        # torch location) go to $TMPDIR/torchinductor_$USER whatever the cache dir says.
+        env["TMPDIR"] = os.path.join(inductor_cache, side + "-tmp")
+        os.makedirs(env["TMPDIR"], exist_ok=True)
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"scoreboard on {side} failed ({result.returncode}):\n{result.stderr[-3000:]}")
