@@ -27,6 +27,16 @@ def environment(stack: Stack, stock: bool, **overlay_options) -> dict[str, str]:
     return env
 
 
+def private_inductor_env(folder: str | Path) -> dict[str, str]:
+    """The environment entries that give a process inductor caches of its own, all under
+    FOLDER and removed with it: TORCHINDUCTOR_CACHE_DIR, and TMPDIR, where inductor writes
+    its precompiled headers (150 MB for each torch location, so for each overlay) whatever
+    the cache dir says."""
+    tmp = Path(folder, "tmp")
+    tmp.mkdir(parents=True, exist_ok=True)
+    return {"TORCHINDUCTOR_CACHE_DIR": str(folder), "TMPDIR": str(tmp)}
+
+
 def main(stack: Stack, command: list[str], stock: bool = False, **overlay_options) -> int:
     """Runs COMMAND; returns its exit status."""
     if command[:1] == ["--"]:

@@ -398,14 +398,9 @@ def from_upstream_dir(stack: Stack, upstream: Path, select: str, out, reports: P
              f"time; reports in {reports}")
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="ndv-upstream-caches-") as caches:
-        # A private inductor cache per side: one shared between two runs gives false failures. And a
-        # private TMPDIR, removed with it: inductor's precompiled headers (150 MB for each torch
-        # location, so for each overlay) go to $TMPDIR/torchinductor_$USER whatever the cache says.
-        private = []
-        for side in sides():
-            (Path(caches, side.name, "tmp")).mkdir(parents=True)
-            private.append(Side(side.name, side.python, {**side.env, "TORCHINDUCTOR_CACHE_DIR": str(Path(caches, side.name)),
-                                                         "TMPDIR": str(Path(caches, side.name, "tmp"))}))
+        # Private inductor caches per side: one shared between two runs gives false failures.
+        private = [Side(side.name, side.python, {**side.env, **run.private_inductor_env(Path(caches, side.name))})
+                   for side in sides()]
         with ThreadPoolExecutor(max_workers=len(private)) as pool:
             done = dict(zip(SIDES, pool.map(
                 lambda side: _run_suite_side(side, test_dir, runs, deselect, reports, progress), private)))

@@ -31,6 +31,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 from cases import CASES  # noqa: E402
 from harness import MODES, modes_for, run_case  # noqa: E402
+from ndvstack.run import private_inductor_env  # noqa: E402
 
 BY_NAME = {c.name: c for c in CASES}
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -76,12 +77,8 @@ def run_side(side, json_out, shard=None, inductor_cache=None):
                "python", os.path.abspath(__file__), "--json", json_out]
     command += ["--shard", shard] if shard else []
     env = dict(os.environ)
-    if inductor_cache:  # one compile cache per side: stock artefacts never serve the stack
-        env["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(inductor_cache, side)
-        # and a TMPDIR beside it, removed with it: inductor's precompiled headers (150 MB for each
-        # torch location) go to $TMPDIR/torchinductor_$USER whatever the cache dir says.
-        env["TMPDIR"] = os.path.join(inductor_cache, side + "-tmp")
-        os.makedirs(env["TMPDIR"], exist_ok=True)
+    if inductor_cache:  # compile caches per side: stock artefacts never serve the stack
+        env.update(private_inductor_env(os.path.join(inductor_cache, side)))
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"scoreboard on {side} failed ({result.returncode}):\n{result.stderr[-3000:]}")
