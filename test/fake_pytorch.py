@@ -118,30 +118,40 @@ def stack_from_commits(fake: FakePytorch, patches: Path, head: str = "HEAD") -> 
     return names
 
 
+def plan(command: str) -> str:
+    """A commit message's test plan, as upstream writes it."""
+    return f"\nTest Plan: python {command}\n"
+
+
 def five_patch_stack(fake: FakePytorch, branch: str = "work", trailers: bool = True) -> None:
     """Five commits on BRANCH in the fake tree, each a concern of its own, like the real stack;
     the third has ghstack's trailers unless not TRAILERS (a stack never submitted)."""
     fake.git.run("checkout", "--quiet", "-b", branch, fake.base)
     cpp = "torch/csrc/autograd/custom_function.cpp"
-    fake.commit("[autograd] Detach marked view outputs\n\nThe mark was ignored for views.\n",
+    fake.commit("[autograd] Detach marked view outputs\n\nThe mark was ignored for views.\n"
+                + plan("test/test_autograd.py -k marked"),
                 {cpp: fake.edit(cpp, "custom_function.cpp line 10\n",
                                 "custom_function.cpp line 10\n// detach views too\n")},
                 date="2026-02-01T10:00:00+01:00")
-    fake.commit("[autograd] Document marked views\n\nSay what happens to views.\n",
+    fake.commit("[autograd] Document marked views\n\nSay what happens to views.\n"
+                + plan("test/test_autograd.py -k marked"),
                 {"torch/autograd/function.py": fake.edit("torch/autograd/function.py", "line 5\n",
                                                          "line 5 (views are detached)\n"),
                  "docs/source/notes/extending.rst": fake.edit("docs/source/notes/extending.rst",
                                                               "line 30\n", "line 30, views too\n")},
                 date="2026-02-02T10:00:00-05:00")
-    fake.commit("[aotautograd] Regenerate no_grad views\n\nMatch eager.\n" + (
+    fake.commit("[aotautograd] Regenerate no_grad views\n\nMatch eager.\n"
+                + plan("test/functorch/test_aotdispatch.py -k no_grad") + (
                 "\nghstack-source-id: 0123456789abcdef\nPull-Request: https://github.com/pytorch/pytorch/pull/1\n"
                 if trailers else ""),
                 {"torch/_functorch/_aot_autograd/runtime_wrappers.py":
                  fake.edit("torch/_functorch/_aot_autograd/runtime_wrappers.py", "line 20\n",
                            "line 20\n# regenerate\n")}, date="2026-02-03T10:00:00+00:00")
-    fake.commit("[dynamo] Add new file\n\nA new module.\n",
+    fake.commit("[dynamo] Add new file\n\nA new module.\n"
+                + plan("test/dynamo/test_aot_autograd.py"),
                 {"torch/_dynamo/new_module.py": "# new\n"}, date="2026-02-04T10:00:00+00:00")
-    fake.commit("Add tests for marked views\n\nCovers the cases.\n",
+    fake.commit("Add tests for marked views\n\nCovers the cases.\n"
+                + plan("test/test_autograd.py -k test_marked_view"),
                 {"test/test_autograd.py": fake.edit("test/test_autograd.py", "line 40\n",
                                                     "line 40\ndef test_marked_view(): pass\n")},
                 date="2026-02-05T10:00:00+00:00")
@@ -154,7 +164,7 @@ def dir_bytes(path: Path) -> dict[str, bytes]:
 def environment_for_git(home: Path) -> dict[str, str]:
     """A git identity and config of the test's own, so the machine's ~/.gitconfig plays no part."""
     config = home / "gitconfig"
-    config.write_text("[user]\n\tname = Test Author\n\temail = test@example.com\n"
+    config.write_text("[user]\n\tname = Test Author\n\temail = test-author@users.noreply.github.com\n"
                       "[init]\n\tdefaultBranch = main\n")
     return {"GIT_CONFIG_GLOBAL": str(config), "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(home),
             "GIT_COMMITTER_DATE": "2026-03-01T00:00:00+00:00"}

@@ -47,14 +47,15 @@ def test_apply_keeps_author_date_message_and_tags_in_subjects(tmp_path, fake_pyt
     assert git.out("symbolic-ref", "HEAD") == "refs/heads/ndv/stack"
     log = git.out("log", "--reverse", "--format=%an <%ae>|%aI|%s", f"{fake_pytorch.base}..HEAD")
     assert log.splitlines() == [
-        "Test Author <test@example.com>|2026-02-01T10:00:00+01:00|[autograd] Detach marked view outputs",
-        "Test Author <test@example.com>|2026-02-02T10:00:00-05:00|[autograd] Document marked views",
-        "Test Author <test@example.com>|2026-02-03T10:00:00+00:00|[aotautograd] Regenerate no_grad views",
-        "Test Author <test@example.com>|2026-02-04T10:00:00+00:00|[dynamo] Add new file",
-        "Test Author <test@example.com>|2026-02-05T10:00:00+00:00|Add tests for marked views",
+        "Test Author <test-author@users.noreply.github.com>|2026-02-01T10:00:00+01:00|[autograd] Detach marked view outputs",
+        "Test Author <test-author@users.noreply.github.com>|2026-02-02T10:00:00-05:00|[autograd] Document marked views",
+        "Test Author <test-author@users.noreply.github.com>|2026-02-03T10:00:00+00:00|[aotautograd] Regenerate no_grad views",
+        "Test Author <test-author@users.noreply.github.com>|2026-02-04T10:00:00+00:00|[dynamo] Add new file",
+        "Test Author <test-author@users.noreply.github.com>|2026-02-05T10:00:00+00:00|Add tests for marked views",
     ]
     assert git.out("log", "-1", "--format=%B", "HEAD~2") == (
         "[aotautograd] Regenerate no_grad views\n\nMatch eager.\n\n"
+        "Test Plan: python test/functorch/test_aotdispatch.py -k no_grad\n\n"
         "ghstack-source-id: 0123456789abcdef\nPull-Request: https://github.com/pytorch/pytorch/pull/1")
     assert "// detach views too\n" in (checkout.path / CPP).read_text()
 
