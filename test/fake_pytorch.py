@@ -96,8 +96,12 @@ def fake_pytorch_tree(path: Path, edits: dict[str, tuple[str, str]] | None = Non
     return fake
 
 
+# The git identity of the tests (environment_for_git), and so the fake stacks' one author.
+AUTHOR = "Test Author <test-author@users.noreply.github.com>"
+
+
 def write_stack_data(patches: Path, base: str) -> None:
-    """base.toml (pointing at the fake base), allowed-paths and an empty series."""
+    """base.toml (pointing at the fake base), allowed-paths, author and an empty series."""
     patches.mkdir(parents=True, exist_ok=True)
     (patches / "base.toml").write_text(
         'repo = "https://github.com/pytorch/pytorch"\n'
@@ -105,6 +109,7 @@ def write_stack_data(patches: Path, base: str) -> None:
         'file = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"\n'
         f'sha256 = "{"0" * 64}"\n')
     (patches / "allowed-paths").write_text("".join(f"{p}\n" for p in ALLOWED))
+    (patches / "author").write_text(f"{AUTHOR}\n")
     (patches / SERIES_FILE).write_text("# test stack\n")
 
 

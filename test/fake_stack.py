@@ -65,7 +65,7 @@ def make_partial_tree(out: Path) -> FakePytorch:
 
 def stack_data(patches: Path) -> Stack:
     patches.mkdir(parents=True)
-    for name in ("base.toml", "allowed-paths"):
+    for name in ("base.toml", "allowed-paths", "author"):
         shutil.copy(DEFAULT_PATCHES / name, patches / name)
     (patches / "series").write_text("# test double stack\n")
     return Stack(patches)

@@ -123,3 +123,32 @@ def test_export_refuses_merge_commits(fake_pytorch, stack_dir):
     with pytest.raises(BadInput, match="branch work has merge commits"):
         export.main(Stack(stack_dir), fake_pytorch.path, branch="work", progress=quiet)
     assert dir_bytes(stack_dir) == before
+
+
+def test_export_writes_every_patch_by_the_stacks_one_author(fake_pytorch, stack_dir):
+    """A commit by someone else is exported as by the stack's author (tree, message and date
+    kept); the branch itself is not rewritten."""
+    five_patch_stack(fake_pytorch)
+    export.main(Stack(stack_dir), fake_pytorch.path, branch="work", progress=quiet)
+    by_us = dir_bytes(stack_dir)
+    fake_pytorch.git.run("checkout", "--quiet", "-b", "others", "work~3")
+    for rev in ("work~2", "work~1", "work"):  # the last three, by two other people
+        author = "lead <lead@example.com>" if rev == "work~1" else "Someone Else <someone@users.noreply.github.com>"
+        fake_pytorch.git.run("cherry-pick", "--quiet", rev)
+        fake_pytorch.git.run("commit", "--quiet", "--amend", "--no-edit", f"--author={author}")
+    refs = fake_pytorch.git.out("for-each-ref")
+    names = export.main(Stack(stack_dir), fake_pytorch.path, branch="others", progress=quiet)
+    assert fake_pytorch.git.out("for-each-ref") == refs
+    for name in names:
+        assert "\nFrom: Test Author <test-author@users.noreply.github.com>\n" in (stack_dir / name).read_text()
+    assert dir_bytes(stack_dir) == by_us  # the same patches, byte for byte, as if we had made every commit
+
+
+def test_export_refuses_a_stack_without_its_author(fake_pytorch, stack_dir):
+    five_patch_stack(fake_pytorch)
+    (stack_dir / "author").unlink()
+    before = dir_bytes(stack_dir)
+    with pytest.raises(BadInput, match=r"patches/author: missing \(the one author of the stack's patches, "
+                                       r"`Name <email>`\)$"):
+        export.main(Stack(stack_dir), fake_pytorch.path, branch="work", progress=quiet)
+    assert dir_bytes(stack_dir) == before

@@ -48,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
 
     p = verbs.add_parser("export", help="write the commits base..branch back as patches/",
                          description="Write the commits base..BRANCH of a pytorch checkout back as "
-                                     "patches/ and series, deterministically; patches/ is replaced "
+                                     "patches/ and series, deterministically, each patch by the stack's one "
+                                     "author (patches/author, whoever made the commit); patches/ is replaced "
                                      "only when the whole export succeeded.")
     p.add_argument("--pytorch", type=Path, required=True, metavar="DIR", help="a pytorch git checkout")
     p.add_argument("--branch", default=DEFAULT_BRANCH, help="the branch to export (default: %(default)s)")

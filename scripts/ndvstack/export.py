@@ -2,7 +2,9 @@
 
 Deterministic (`git format-patch` with pinned options, so an unchanged stack re-exports
 byte-identical) and all-or-nothing: the new patches/ is written beside the old one and
-swapped in by rename only once it is complete and lint-clean.
+swapped in by rename only once it is complete and lint-clean. Every patch is written with
+the stack's one author (patches/author): a commit by anyone else is exported as by it (its
+tree, message and author date kept), so the patches' authors cannot drift.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from ndvstack.atomic import exchange
 from ndvstack.repo import DEFAULT_BRANCH, open_checkout, require_base
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.git import Git
-from ndvstack.stack import SERIES_FILE, Stack
+from ndvstack.stack import SERIES_FILE, Identity, Stack
 
 SERIES_HEADER = """\
 # The stack, in order: one `git format-patch` file per line (quilt's format).
@@ -41,6 +43,24 @@ def format_patches(git: Git, base: str, head: str, out_dir: Path) -> list[str]:
     return [Path(name).name for name in names]
 
 
+def with_author(git: Git, base: str, head: str, author: Identity) -> str:
+    """HEAD with every commit of base..head by AUTHOR: the same commits where they already
+    are; from the first that is not, new commits (tree, message, author date kept) that no
+    ref points to. Returns the new head."""
+    parent, rewriting = base, False
+    for sha in git.out("rev-list", "--reverse", f"{base}..{head}").split():
+        name, email, date = git.out("log", "-1", "--format=%an%x00%ae%x00%ad", "--date=raw", sha).split("\0")
+        rewriting = rewriting or (name, email) != (author.name, author.email)
+        if not rewriting:
+            parent = sha
+            continue
+        message = git.run("cat-file", "commit", sha).stdout.split("\n\n", 1)[1]
+        env = {"GIT_AUTHOR_NAME": author.name, "GIT_AUTHOR_EMAIL": author.email, "GIT_AUTHOR_DATE": date,
+               "GIT_COMMITTER_NAME": author.name, "GIT_COMMITTER_EMAIL": author.email, "GIT_COMMITTER_DATE": date}
+        parent = git.out("commit-tree", f"{sha}^{{tree}}", "-p", parent, input=message, env=env)
+    return parent
+
+
 def _swap_in(new: Path, target: Path) -> None:
     """Replaces TARGET by NEW in one atomic exchange; TARGET is never missing or half-written.
     The old content ends up at NEW (the caller removes it)."""
@@ -52,6 +72,7 @@ def write_stack(stack: Stack, git: Git, base_sha: str, head: str, what: str) -> 
     """Replaces STACK's patches and series by the commits base_sha..head of GIT's repository
     (lint-clean or not at all); returns the names written. WHAT names head in messages."""
     base = stack.base
+    author = stack.author()
     merges = git.out("rev-list", "--merges", f"{base_sha}..{head}")
     if merges:
         raise BadInput(f"{git.cwd}: {what} has merge commits (first: {merges.split()[0][:12]}); "
@@ -68,7 +89,7 @@ def write_stack(stack: Stack, git: Git, base_sha: str, head: str, what: str) -> 
         for item in stack.dir.iterdir():  # the stack's own data (base, allow-list, ...) carries over
             if item.is_file() and item.suffix != ".patch" and item.name != SERIES_FILE:
                 shutil.copy2(item, tmp / item.name)
-        names = format_patches(git, base_sha, head, tmp)
+        names = format_patches(git, base_sha, with_author(git, base_sha, head, author), tmp)
         if base_sha != base.commit:  # a partial tree: name the upstream base, not its stand-in
             for name in names:
                 text = (tmp / name).read_text()
@@ -97,5 +118,5 @@ def main(stack: Stack, pytorch: Path, branch: str = DEFAULT_BRANCH,
         raise BadInput(f"{git.cwd}: branch {branch} does not contain the base {base_sha[:12]}; "
                        f"rebase it onto the base first")
     names = write_stack(stack, git, base_sha, head, f"branch {branch}")
-    progress(f"exported {len(names)} patches from {branch} ({head[:12]}) to {stack.dir}")
+    progress(f"exported {len(names)} patches from {branch} ({head[:12]}) to {stack.dir}, by {stack.author()}")
     return names

@@ -1,4 +1,4 @@
-"""The stack as data: patches/{base.toml, series, allowed-paths, *.patch}.
+"""The stack as data: patches/{base.toml, series, allowed-paths, author, *.patch}.
 
 Nothing here touches a checkout; `git mailinfo` is the only git used, and it needs none.
 """
@@ -21,12 +21,36 @@ BASE_FILE = "base.toml"
 SERIES_FILE = "series"
 ALLOWED_FILE = "allowed-paths"
 COVERAGE_FILE = "upstream-tests.toml"
+AUTHOR_FILE = "author"
 # Paths that need no covering tests: tests themselves, and the docs.
 UNCOVERED_PREFIXES = ("test/", "docs/")
 
 _SHA = re.compile(r"^[0-9a-f]{40}$")
 _RELEASE = re.compile(r"^\d+\.\d+\.\d+$")
 _WHEEL = re.compile(r"^torch-(?P<version>[^-]+)-(?P<python>cp\d+)-(?P<abi>cp\d+)-(?P<platform>[^-]+)\.whl$")
+
+
+def is_test_file(path: str) -> bool:
+    """A pytest test module under test/: test/**/test_*.py."""
+    return path.startswith("test/") and Path(path).name.startswith("test_") and path.endswith(".py")
+
+
+@dataclass(frozen=True)
+class Identity:
+    """A git identity, `Name <email>`."""
+
+    name: str
+    email: str
+
+    def __str__(self) -> str:
+        return f"{self.name} <{self.email}>"
+
+    _FORM = re.compile(r"^(?P<name>[^<>]*[^<>\s])\s+<(?P<email>[^<>\s]+@[^<>\s]+)>$")
+
+    @classmethod
+    def parse(cls, text: str) -> "Identity | None":
+        m = cls._FORM.match(text.strip())
+        return cls(m["name"], m["email"]) if m else None
 
 
 @dataclass(frozen=True)
@@ -333,6 +357,17 @@ class Stack:
         if not path.is_file():
             raise BadInput(f"{path}: missing (the paths the stack may touch)")
         return read_list(path)
+
+    def author(self) -> Identity:
+        """The one author of every patch (patches/author: `Name <email>`)."""
+        path = self.dir / AUTHOR_FILE
+        if not path.is_file():
+            raise BadInput(f"{path}: missing (the one author of the stack's patches, `Name <email>`)")
+        entries = read_list(path)
+        identity = Identity.parse(entries[0]) if len(entries) == 1 else None
+        if identity is None:
+            raise BadInput(f"{path}: must hold one line `Name <email>` (the one author of the stack's patches)")
+        return identity
 
     def coverage(self) -> list[Coverage] | None:
         """upstream-tests.toml's entries; None if the stack has no such file."""
