@@ -1,9 +1,11 @@
 import os
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
-from fake_pytorch import five_patch_stack, stack_from_commits
+from fake_pytorch import AUTHOR, five_patch_stack, plan, stack_from_commits
 from ndvstack import lint
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.stack import QuickPick, Stack
@@ -136,14 +138,17 @@ def test_every_problem_is_reported_at_once(make_stack, capsys):
     stack = make_stack(("Only a subject\n", edit_test_file),
                        ("Mode\n\nbody\n", lambda fake: os.chmod(fake.path / "setup.py", 0o755)))
     (stack.dir / "0009-stray.patch").write_text("x\n")
-    with pytest.raises(WorkFailed, match="lint: 4 problems in"):
+    with pytest.raises(WorkFailed, match="lint: 6 problems in"):
         lint.main(stack, out=None)
     assert capsys.readouterr().out.splitlines() == [
         "0009-stray.patch: not listed in series",
         "0001-Only-a-subject.patch: commit message has no body (say why the change is right)",
         "0002-Mode.patch: path setup.py is outside the allow-list (allowed-paths)",
         "0002-Mode.patch: setup.py is a mode-only change (100644 -> 100755)",
+        "0001-Only-a-subject.patch: commit message has no `Test Plan:` section (the exact commands that test it)",
+        "0002-Mode.patch: commit message has no `Test Plan:` section (the exact commands that test it)",
     ]
+    # The other verbs refuse the stack's form only: a stack being written still builds and tests.
     with pytest.raises(BadInput, match=r"invalid \(4 problems; see `stack.sh lint`\)"):
         lint.check(stack)
 
@@ -195,3 +200,109 @@ def test_every_entry_has_a_valid_quick_part_and_sweeps_name_classes(tmp_path, fa
     assert [entry.quick for entry in stack.coverage()] == [
         (QuickPick("test/a.py::TestA", "view or alias"), QuickPick("test/b.py::TestB"))]
     assert stack.sweeps() == ["test/a.py::TestOpInfo"]
+
+
+# Upstream's form: what upstream's review and CLA check would refuse.
+
+STACK_SH = Path(__file__).resolve().parents[1] / "scripts" / "stack.sh"
+GOOD = "[autograd] Fix it\n\nWhy it is right.\n" + plan("test/test_autograd.py -k fix")
+
+
+@pytest.fixture
+def upstream_form(tmp_path, fake_pytorch):
+    """A stack of commits (message, author or None for the tests' own, a file to add) on the fake tree."""
+    def make(*commits):
+        fake_pytorch.git.run("checkout", "--quiet", "-B", "work", fake_pytorch.base)
+        for number, (message, author, path) in enumerate(commits, 1):
+            name, email = (author or "").rstrip(">").split(" <") if author else (None, None)
+            target = fake_pytorch.path / (path or f"test/test_autograd_part{number}.txt")
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(f"# part {number}\n")
+            fake_pytorch.git.run("add", "-A")
+            env = {"GIT_AUTHOR_NAME": name, "GIT_AUTHOR_EMAIL": email} if author else None
+            fake_pytorch.git.run("commit", "--quiet", "-m", message, env=env)
+        patches = tmp_path / "patches"
+        shutil.rmtree(patches, ignore_errors=True)
+        stack_from_commits(fake_pytorch, patches)
+        return Stack(patches)
+    return make
+
+
+def lint_sh(stack):
+    return subprocess.run([str(STACK_SH), "--patches", str(stack.dir), "lint"], capture_output=True, text=True)
+
+
+def test_a_stack_in_upstreams_form_has_no_findings(upstream_form):
+    stack = upstream_form((GOOD, None, None), (
+        "[dynamo] Fix that\n\nWhy.\n\nFixes #191449\nFixes pytorch/functorch#1052\n"
+        "Fixes https://github.com/pytorch/pytorch/issues/186503\n\nTest Plan:\n```\n"
+        "PYTORCH_TEST_WITH_DYNAMO=1 python test/dynamo/test_autograd_function.py -k mark\n```\n", None, None))
+    assert lint.findings(stack) == [] and lint.message_findings(stack) == []
+
+
+@pytest.mark.parametrize("author, why", [
+    ("lead <lead@example.com>", "the address is at example.com"),
+    ("Seed e409cdf0 maintainers <maintainers@users.noreply.a-seed-e409cdf0.example>",
+     "the address is at users.noreply.a-seed-e409cdf0.example"),
+    ("lead <lead@users.noreply.github.com>", "the name 'lead' is a placeholder"),
+])
+def test_a_placeholder_author_is_a_one_line_refusal_naming_the_patch(upstream_form, author, why):
+    stack = upstream_form((GOOD, None, None), (GOOD.replace("it", "more"), author, None))
+    result = lint_sh(stack)
+    second = stack.series()[1]
+    assert result.returncode == 1
+    assert result.stdout == (f"{second}: author {author} is not the stack's author {AUTHOR} (author); re-export "
+                             f"(stack.sh export) to write it; and it is a placeholder: {why}\n")
+    assert result.stderr == f"error: lint: 1 problem in {stack.dir}\n"
+
+
+def test_the_stacks_author_must_be_set_and_not_a_placeholder(upstream_form):
+    stack = upstream_form((GOOD, None, None))
+    (stack.dir / "author").write_text("# the one author\nlead <lead@example.com>\n")
+    name = stack.series()[0]
+    assert lint.message_findings(stack) == [
+        f"{stack.dir / 'author'}: lead <lead@example.com> is a placeholder identity (the address is at "
+        "example.com): a CLA check refuses it",
+        f"{name}: author {AUTHOR} is not the stack's author lead <lead@example.com> (author); re-export "
+        "(stack.sh export) to write it"]
+    (stack.dir / "author").write_text("A <a@b.org>\nB <b@b.org>\n")
+    assert lint.message_findings(stack)[0] == (
+        f"{stack.dir / 'author'}: must hold one line `Name <email>` (the one author of the stack's patches)")
+    (stack.dir / "author").unlink()
+    assert lint.message_findings(stack) == [
+        f"{stack.dir / 'author'}: missing (the one author of the stack's patches, `Name <email>`)"]
+
+
+@pytest.mark.parametrize("message, finding", [
+    ("[autograd] Fix it\n\nWhy it is right.\n",
+     "commit message has no `Test Plan:` section (the exact commands that test it)"),
+    ("[autograd] Fix it\n\nWhy.\n\nTest Plan:\nRan the tests, they pass.\n\nRelease note: none\n",
+     "its `Test Plan:` names no command (e.g. `python test/test_autograd.py -k ...`)"),
+    ("[autograd] Fix it\n\nWhy.\n\nTest Plan: CI\n\nRelease notes:\npython is fine\n",
+     "its `Test Plan:` names no command (e.g. `python test/test_autograd.py -k ...`)"),
+    (GOOD + "\nAs asked in issue 24 of this session, with the shim.\n",
+     "commit message has process text upstream would not take: 'issue 24' (line 7: this project's tracker "
+     "(upstream's issues are #N)), 'session' (line 7: how the work was done), 'shim' (line 7: this project's "
+     "overlay of native code)"),
+    ("[autograd] Fix it\n\nA reconstruction of the old text.\n" + plan("test/test_autograd.py"),
+     "commit message has process text upstream would not take: 'reconstruction' (line 3: how the text was "
+     "recovered)"),
+    (GOOD + "\nFixes: #191449\n", "malformed Fixes line 'Fixes: #191449': write `Fixes #N`, `Fixes owner/repo#N` or "
+                                  "`Fixes https://github.com/owner/repo/issues/N`, one per line"),
+    (GOOD + "\nfixes #1, #2\n", "malformed Fixes line 'fixes #1, #2': write `Fixes #N`, `Fixes owner/repo#N` or "
+                                "`Fixes https://github.com/owner/repo/issues/N`, one per line"),
+])
+def test_each_message_finding_is_one_line_naming_the_patch(upstream_form, message, finding):
+    stack = upstream_form((message, None, None))
+    assert lint.message_findings(stack) == [f"{stack.series()[0]}: {finding}"]
+    assert lint.findings(stack) == []  # the stack's form is fine: only lint and submit refuse it
+
+
+def test_a_new_test_file_needs_its_reason_in_the_message(upstream_form):
+    stack = upstream_form((GOOD, None, "test/functorch/test_aotdispatch_marked_views.py"),
+                          (GOOD.replace("it", "more") + "\nNew test file: the C++ Function needs a process of its "
+                           "own\n", None, "test/cpp_extensions/test_marked.py"),
+                          (GOOD.replace("it", "again"), None, "test/functorch/helpers_marked.py"))
+    assert lint.message_findings(stack) == [
+        f"{stack.series()[0]}: creates the test file test/functorch/test_aotdispatch_marked_views.py: put its "
+        "tests in the upstream file and class that own the area, or say why in a line `New test file: <reason>`"]

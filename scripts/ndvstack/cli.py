@@ -36,7 +36,11 @@ def _parser() -> argparse.ArgumentParser:
                      description="Show the pinned base, the patches in order with the files each "
                                  "touches, and whether the installed torch is the base.")
     verbs.add_parser("lint", help="check the stack without any checkout",
-                     description="Check patches/ without any checkout and report every problem at once.")
+                     description="Check patches/ without any checkout and report every problem at once, one "
+                                 "line each naming the patch: the stack's form (series, paths, coverage map) "
+                                 "and upstream's (no new test file without a line `New test file: <reason>`, "
+                                 "a `Test Plan:` with a command, every author the one in patches/author and "
+                                 "no placeholder, no process text of ours, well-formed `Fixes` lines).")
 
     p = verbs.add_parser("apply", help="create a branch with the stack on a pytorch checkout",
                          description="On a clean pytorch checkout, create a branch at the base (or REV), "

@@ -119,4 +119,7 @@ def main(stack: Stack, pytorch: Path, branch: str = DEFAULT_BRANCH,
                        f"rebase it onto the base first")
     names = write_stack(stack, git, base_sha, head, f"branch {branch}")
     progress(f"exported {len(names)} patches from {branch} ({head[:12]}) to {stack.dir}, by {stack.author()}")
+    notes = lint.message_findings(stack)
+    if notes:
+        progress(f"note: {len(notes)} findings of upstream's form that lint and submit refuse (first: {notes[0]})")
     return names
