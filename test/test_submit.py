@@ -318,3 +318,51 @@ def test_checkout_refuses_an_onto_the_checkout_lacks_and_onto_without_pr(world, 
     with pytest.raises(BadInput, match=r"^--onto goes with --pr"):
         checkout.main(world.stack, world.checkout.path, onto="origin/main", progress=quiet)
     assert world.checkout.snapshot() == before
+
+
+def test_submit_refuses_a_patch_whose_author_is_not_the_submitter(world, capsys):
+    """A CLA check refuses commits by anyone but the submitter: so does the preflight, --dry-run
+    included, in one line naming the patch, both identities and the two ways out."""
+    world.checkout.git.run("config", "user.name", "Other Person")
+    world.checkout.git.run("config", "user.email", "other@users.noreply.github.com")
+    before = world.checkout.snapshot()
+    first = world.stack.series()[0]
+    message = (f"{first} is by Test Author <test-author@users.noreply.github.com>, but {world.checkout.path} submits "
+               f"as Other Person <other@users.noreply.github.com> (git config user.name/user.email): a CLA check "
+               f"refuses commits by anyone but the submitter; set the stack's author in "
+               f"{world.stack.dir / 'author'} and re-export (stack.sh export), or submit as Test Author "
+               f"<test-author@users.noreply.github.com>")
+    with pytest.raises(BadInput) as refused:
+        world.submit()
+    assert str(refused.value) == message
+    from ndvstack import cli
+    assert cli.main(["--patches", str(world.stack.dir), "submit", "--dry-run", "--pytorch",
+                     str(world.checkout.path), "--base-branch", "main"]) == 2
+    assert capsys.readouterr().err == f"error: {message}\n"
+    assert world.checkout.snapshot() == before and world.pull_requests() == []
+
+
+def test_submit_refuses_a_stack_lint_refuses_for_upstreams_form(world):
+    last = world.stack.dir / world.stack.series()[-1]
+    last.write_text(last.read_text().replace("Test Plan: python test/test_autograd.py -k test_marked_view",
+                                             "Tested in this session."))
+    with pytest.raises(BadInput, match=r"invalid \(2 problems; see `stack.sh lint`\): 0005-Add-tests-for-marked-"
+                                       r"views.patch: commit message has no `Test Plan:` section"):
+        world.submit()
+    assert world.pull_requests() == []
+
+
+def test_submit_dry_run_checks_and_prints_the_plan_and_changes_nothing(world):
+    before, patches = world.checkout.snapshot(), dir_bytes(world.stack.dir)
+    out = io.StringIO()
+
+    def scoreboard():
+        raise AssertionError("--dry-run runs no scoreboard")
+    assert world.submit(dry_run=True, out=out, scoreboard=scoreboard) == []
+    assert out.getvalue().splitlines() == [
+        "dry run: every check passed but the scoreboard (not run); would submit 5 pull requests to pytorch/pytorch "
+        f"main as Test Author <test-author@users.noreply.github.com>, onto {world.stack.base.commit[:12]}:",
+        "  1. [autograd] Detach marked view outputs", "  2. [autograd] Document marked views",
+        "  3. [aotautograd] Regenerate no_grad views", "  4. [dynamo] Add new file", "  5. Add tests for marked views"]
+    assert world.checkout.snapshot() == before and dir_bytes(world.stack.dir) == patches
+    assert world.pull_requests() == []

@@ -130,11 +130,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--junit-dir", type=Path, help="write shim.xml and text.xml here")
 
     p = verbs.add_parser("submit", help="submit the stack upstream with ghstack, one PR per patch",
-                         description="Preflight (lint, a clean checkout whose remote is the upstream "
+                         description="Preflight (lint with upstream's form, a clean checkout, every patch "
+                                     "by the submitter's git identity there, a remote that is the upstream "
                                      "repository, ghstack configured, the base on the target branch, "
                                      "the scoreboard green with the stack), then apply the stack on a "
                                      "new branch, run ghstack submit, and write the trailers it adds "
                                      "(ghstack-source-id:, Pull-Request:) back into patches/.")
+    p.add_argument("--dry-run", action="store_true",
+                   help="every check but the scoreboard, then print the pull requests it would open; "
+                        "push and write nothing")
     p.add_argument("--pytorch", type=Path, required=True, metavar="DIR", help="a pytorch git checkout")
     p.add_argument("--onto", metavar="REV", help="submit the stack applied onto REV (default: the base)")
     p.add_argument("--base-branch", metavar="NAME", help="the upstream branch the PRs target "
@@ -241,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                             junit_dir=args.junit_dir)
         elif args.verb == "submit":
             submit.main(stack, args.pytorch, onto=args.onto, base_branch=args.base_branch,
-                        remote=args.remote, branch=args.branch)
+                        remote=args.remote, branch=args.branch, dry_run=args.dry_run)
         elif args.verb == "checkout":
             checkout.main(stack, args.pytorch, pr=args.pr, worktree=args.worktree, branch=args.branch,
                           remote=args.remote, onto=args.onto)

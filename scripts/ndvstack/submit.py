@@ -1,10 +1,13 @@
 """submit: the stack to upstream with the real ghstack, one pull request per patch.
 
-Preflight, each refusal a one-line error with nothing changed: the stack lint-clean;
-the checkout clean; its remote the upstream repository itself (ghstack pushes its
+Preflight, each refusal a one-line error with nothing changed: the stack lint-clean
+(upstream's form included); the checkout clean; every patch's author the submitter's git
+identity in that checkout (a CLA check refuses commits by anyone else); its remote the
+upstream repository itself (ghstack pushes its
 gh/<user>/<n>/* branches there, so a fork cannot work); ghstack configured; the base
 (or REV) on the remote's target branch (else ghstack would submit upstream's own
 commits too); the scoreboard green with the stack overlaid; the stack applying there.
+With dry_run: every check but the scoreboard, then the plan; nothing is pushed or written.
 Then the stack goes onto a new branch, ghstack submits it, and the trailers ghstack
 writes into the commits (ghstack-source-id:, Pull-Request:) are carried back into
 patches/: without them the next submit would open a second set of pull requests.
@@ -25,7 +28,7 @@ from ndvstack import apply, export, lint
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.git import Git
 from ndvstack.repo import open_checkout, require_base, require_clean, require_commit
-from ndvstack.stack import REPO_ROOT, Stack
+from ndvstack.stack import AUTHOR_FILE, REPO_ROOT, Identity, Stack
 
 _GITHUB_URL = re.compile(r"^(?:https://github\.com/|git@github\.com:|ssh://git@github\.com/)"
                          r"(?P<owner>[^/]+)/(?P<name>[^/]+?)(?:\.git)?/?$")
@@ -45,6 +48,20 @@ def require_upstream_remote(git: Git, remote: str, owner: str, name: str) -> Non
         raise BadInput(f"{git.cwd}: remote {remote} is {url}, not github.com/{owner}/{name}: ghstack "
                        f"pushes branches to the repository the pull requests are for, so it needs "
                        f"push access there (a fork does not work); pass --remote for the upstream one")
+
+
+def require_submitter_is_author(git: Git, stack: Stack) -> Identity:
+    """Every patch is by the submitter (git config user.name/user.email in the checkout)."""
+    submitter = Identity(git.out("config", "user.name", check=False) or "(unset)",
+                         git.out("config", "user.email", check=False) or "(unset)")
+    for patch in stack.patches():
+        author = Identity(patch.author, patch.email)
+        if author != submitter:
+            raise BadInput(f"{patch.name} is by {author}, but {git.cwd} submits as {submitter} (git config "
+                           f"user.name/user.email): a CLA check refuses commits by anyone but the submitter; set the "
+                           f"stack's author in {stack.dir / AUTHOR_FILE} and re-export (stack.sh export), or submit "
+                           f"as {author}")
+    return submitter
 
 
 def read_ghstack_config() -> tuple[str, str]:
@@ -91,15 +108,17 @@ def pr_stack(git: Git, remote: str, username: str, ghnum: str, start: str) -> li
 
 def main(stack: Stack, pytorch: Path, onto: str | None = None, base_branch: str | None = None,
          remote: str = "origin", branch: str | None = None, github=None, username: str | None = None,
-         sh=None, scoreboard=run_scoreboard, progress=lambda msg: print(msg, file=sys.stderr)) -> list[str]:
-    """Submits; returns the pull requests' URLs, bottom of the stack first."""
+         sh=None, scoreboard=run_scoreboard, dry_run: bool = False, out=sys.stdout,
+         progress=lambda msg: print(msg, file=sys.stderr)) -> list[str]:
+    """Submits; returns the pull requests' URLs, bottom of the stack first (none with DRY_RUN)."""
     import ghstack.github_real
     import ghstack.shell
     import ghstack.submit
 
-    lint.check(stack)
+    lint.check(stack, messages=True)
     git = open_checkout(pytorch)
     require_clean(git)
+    submitter = require_submitter_is_author(git, stack)
     base = stack.base
     owner, name = upstream_of(base.repo)
     require_upstream_remote(git, remote, owner, name)
@@ -119,6 +138,12 @@ def main(stack: Stack, pytorch: Path, onto: str | None = None, base_branch: str 
         raise BadInput(f"{start[:12]} is not on {remote}/{target}: ghstack would submit the commits "
                        f"between them too; apply onto {remote}/{target} (--onto) or submit against a "
                        f"branch that contains it (--base-branch)")
+    if dry_run:
+        print(f"dry run: every check passed but the scoreboard (not run); would submit {len(stack.series())} "
+              f"pull requests to {owner}/{name} {target} as {submitter}, onto {start[:12]}:", file=out)
+        for number, patch in enumerate(stack.patches(), 1):
+            print(f"  {number}. {patch.subject}", file=out)
+        return []
     progress("submit: the scoreboard with the stack overlaid ...")
     scoreboard()
     branch = branch or time.strftime("ndv/submit-%Y%m%d-%H%M%S", time.gmtime())
