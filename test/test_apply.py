@@ -3,7 +3,7 @@ import subprocess
 
 import pytest
 
-from fake_pytorch import (dir_bytes, fake_pytorch_tree, five_patch_stack, stack_from_commits,
+from fake_pytorch import (AUTHOR, dir_bytes, fake_pytorch_tree, five_patch_stack, stack_from_commits,
                           write_stack_data)
 from ndvstack import apply, export
 from ndvstack.errors import BadInput, WorkFailed
@@ -47,11 +47,11 @@ def test_apply_keeps_author_date_message_and_tags_in_subjects(tmp_path, fake_pyt
     assert git.out("symbolic-ref", "HEAD") == "refs/heads/ndv/stack"
     log = git.out("log", "--reverse", "--format=%an <%ae>|%aI|%s", f"{fake_pytorch.base}..HEAD")
     assert log.splitlines() == [
-        "Test Author <test-author@users.noreply.github.com>|2026-02-01T10:00:00+01:00|[autograd] Detach marked view outputs",
-        "Test Author <test-author@users.noreply.github.com>|2026-02-02T10:00:00-05:00|[autograd] Document marked views",
-        "Test Author <test-author@users.noreply.github.com>|2026-02-03T10:00:00+00:00|[aotautograd] Regenerate no_grad views",
-        "Test Author <test-author@users.noreply.github.com>|2026-02-04T10:00:00+00:00|[dynamo] Add new file",
-        "Test Author <test-author@users.noreply.github.com>|2026-02-05T10:00:00+00:00|Add tests for marked views",
+        f"{AUTHOR}|2026-02-01T10:00:00+01:00|[autograd] Detach marked view outputs",
+        f"{AUTHOR}|2026-02-02T10:00:00-05:00|[autograd] Document marked views",
+        f"{AUTHOR}|2026-02-03T10:00:00+00:00|[aotautograd] Regenerate no_grad views",
+        f"{AUTHOR}|2026-02-04T10:00:00+00:00|[dynamo] Add new file",
+        f"{AUTHOR}|2026-02-05T10:00:00+00:00|Add tests for marked views",
     ]
     assert git.out("log", "-1", "--format=%B", "HEAD~2") == (
         "[aotautograd] Regenerate no_grad views\n\nMatch eager.\n\n"

@@ -1,39 +1,26 @@
-"""test.sh without a checkout: the stack's own new upstream test files, stock vs stack."""
+"""test.sh: the stack's own tests (the test functions its patches add or change) and the
+upstream tests that cover it, stock vs stack: from a folder of upstream test files with the
+series' test hunks applied to a copy (--upstream-tests DIR), or from a checkout (--pytorch)."""
 
 import hashlib
 import io
 import json
+import os
 import sys
-import tempfile
 import xml.etree.ElementTree as ElementTree
 
 from pathlib import Path
 
 import pytest
 
-from fake_stack import TEST_FILE, TEST_TEXT, double_stack, quiet, stack_data
-from ndvstack import export, upstream_tests
+from fake_pytorch import dir_bytes, fake_pytorch_tree, stack_from_commits, write_stack_data
+from ndvstack import upstream_tests
 from ndvstack.errors import BadInput, WorkFailed
-from ndvstack.stack import DEFAULT_PATCHES, Stack
+from ndvstack.stack import DEFAULT_PATCHES, REPO_ROOT, Stack
 
 
-def test_the_new_test_files_run_a_b_and_the_report_says_what_the_stack_fixes(double, tmp_path):
-    stack, src, _, tmp = double
-    out = io.StringIO()
-    table = upstream_tests.main(stack, out, tmp_path / "junit", progress=quiet, overlay_src=src,
-                                cache=tmp / "cache")
-    assert [(row.test_id, row.stock, row.stack) for row in table] == [
-        ("test.autograd.test_ndv_double.TestNdvDouble::test_python_hunk_in_effect", "failed", "passed"),
-        ("test.autograd.test_ndv_double.TestNdvDouble::test_unaffected", "passed", "passed"),
-    ]
-    lines = out.getvalue().splitlines()
-    assert "failed   passed   test.autograd.test_ndv_double.TestNdvDouble::test_python_hunk_in_effect newly passes" in lines
-    assert lines[-1] == "2 tests: 1 newly pass with the stack, 0 fail with it (0 fail on both sides)"
-    module = "test.autograd.test_ndv_double.TestNdvDouble"
-    assert junit_tags(tmp_path / "junit" / "stock.xml") == {
-        (module, "test_python_hunk_in_effect"): ["failure"], (module, "test_unaffected"): []}
-    assert junit_tags(tmp_path / "junit" / "stack.xml") == {
-        (module, "test_python_hunk_in_effect"): [], (module, "test_unaffected"): []}
+def quiet(_):
+    pass
 
 
 def junit_tags(junit: Path) -> dict[tuple[str, str], list[str]]:
@@ -41,44 +28,6 @@ def junit_tags(junit: Path) -> dict[tuple[str, str], list[str]]:
     outcomes = ("failure", "error", "skipped")
     return {(case.get("classname"), case.get("name")): [child.tag for child in case if child.tag in outcomes]
             for case in ElementTree.parse(junit).getroot().iter("testcase")}
-
-
-def test_a_test_that_fails_with_the_stack_fails_the_run(double, tmp_path):
-    cache = double[3] / "cache"
-    stock_only = TEST_TEXT + ("\n    def test_stock_only(self):\n"
-                              "        self.assertFalse(hasattr(function, '_NDV_TEST_DOUBLE'))\n")
-    stack, src, _ = double_stack(tmp_path, test_text=stock_only)
-    out = io.StringIO()
-    with pytest.raises(WorkFailed, match=r"1 tests fail with the stack \(first: .*::test_stock_only\)"):
-        upstream_tests.main(stack, out, progress=quiet, overlay_src=src, cache=cache)
-    assert "passed   failed   test.autograd.test_ndv_double.TestNdvDouble::test_stock_only NEWLY FAILS" in out.getvalue()
-
-
-def test_later_changes_to_a_new_file_are_applied_and_upstream_files_are_listed(double, tmp_path):
-    _, src, tree, tmp = double
-    tree.git.run("checkout", "--quiet", "-b", "more")
-    tree.commit("Extend the new test\n\nbody\n",
-                {TEST_FILE: (tree.path / TEST_FILE).read_text().replace("1 + 1, 2", "2 + 2, 4")})
-    tree.commit("Change an upstream test file\n\nbody\n",
-                {"test/test_autograd.py": "# not in the partial tree: stands for an upstream file\n"})
-    stack = stack_data(tmp_path / "patches")
-    export.main(stack, tree.path, branch="more", progress=quiet)
-    # Make the last patch a change (not a creation) of an upstream file.
-    last = stack.dir / stack.series()[-1]
-    last.write_text(last.read_text().replace("new file mode 100644\n", "").replace(
-        "--- /dev/null", "--- a/test/test_autograd.py"))
-    with tempfile.TemporaryDirectory() as tmp_tree:
-        tmp_tree = Path(tmp_tree, "pytorch")
-        tmp_tree.mkdir()
-        files, not_run = upstream_tests.new_test_files(stack, tmp_tree)
-        assert files == [TEST_FILE]
-        assert "2 + 2, 4" in (tmp_tree / TEST_FILE).read_text()
-    assert not_run == [f"test/test_autograd.py ({stack.series()[-1]}): changes an upstream file; needs --pytorch"]
-
-
-def test_a_stack_without_test_files_is_refused(tmp_path):
-    with pytest.raises(BadInput, match="adds no test files"):
-        upstream_tests.main(stack_data(tmp_path / "empty"), io.StringIO(), progress=quiet)
 
 
 # With --pytorch: a fake checkout (a test double) whose upstream test files have known
@@ -113,29 +62,40 @@ class TestOther(unittest.TestCase):
         self.fail("not in upstream-tests.toml")
 '''
 NEW_TEST = 'import os\n\n\ndef test_new():\n    assert os.environ.get("FAKE_PATCHED") == "1"\n'
+ADDED_TEST = """
+    def test_added_by_the_stack(self):
+        self.assertTrue(PATCHED)
+"""
 COVERAGE = ('[[cover]]\npath = "torch/csrc/autograd/"\n'
             'tests = ["test/test_autograd.py::TestAutograd", "test/test_not_in_this_checkout.py"]\n'
+            'checkout_only = ["test/test_only_in_a_checkout.py"]\n'
             'quick = [{ test = "test/test_autograd.py::TestAutograd" }]\n')
 
 
 @pytest.fixture
 def checkout(tmp_path):
-    from fake_pytorch import fake_pytorch_tree, stack_from_commits
     fake = fake_pytorch_tree(tmp_path / "pytorch")
-    fake.base = fake.commit("Fake upstream tests", {"test/test_autograd.py": UPSTREAM_AUTOGRAD_TESTS})
+    fake.base = fake.commit("Fake upstream tests", {"test/test_autograd.py": UPSTREAM_AUTOGRAD_TESTS,
+                                                    "test/test_only_in_a_checkout.py": "def test_here():\n    pass\n"})
     fake.git.run("checkout", "--quiet", "-b", "work")
     cpp = "torch/csrc/autograd/custom_function.cpp"
-    fake.commit("[autograd] A fix\n\nWith its test.\n",
-                {cpp: fake.edit(cpp, "line 3\n", "line 3 fixed\n"), "test/test_new_feature.py": NEW_TEST})
+    fake.commit("[autograd] A fix\n\nWith its tests: one in the upstream class, one in a file of its own.\n",
+                {cpp: fake.edit(cpp, "line 3\n", "line 3 fixed\n"), "test/test_new_feature.py": NEW_TEST,
+                 "test/test_autograd.py": fake.edit("test/test_autograd.py", "\n\nclass TestOther",
+                                                    ADDED_TEST + "\n\nclass TestOther")})
     stack_from_commits(fake, tmp_path / "patches", head="work")
     (tmp_path / "patches" / "upstream-tests.toml").write_text(COVERAGE)
     fake.git.run("checkout", "--quiet", "main")
     fake.git.run("branch", "-D", "work")
+    return fake, Stack(tmp_path / "patches"), patched_python(tmp_path)
+
+
+def patched_python(tmp_path: Path) -> str:
+    """The patched side's python: this one, saying it is patched."""
     patched = tmp_path / "patched-python"
     patched.write_text(f'#!/bin/sh\nFAKE_PATCHED=1 exec {sys.executable} "$@"\n')
     patched.chmod(0o755)
-    from ndvstack.stack import Stack
-    return fake, Stack(tmp_path / "patches"), str(patched)
+    return str(patched)
 
 
 def test_checkout_tests_run_a_b_from_the_stacked_tree(tmp_path, checkout):
@@ -146,18 +106,24 @@ def test_checkout_tests_run_a_b_from_the_stacked_tree(tmp_path, checkout):
                                 patched_python=patched)
     rows = {row.test_id: (row.stock, row.stack) for row in table}
     assert rows == {
+        "test_autograd.TestAutograd::test_added_by_the_stack": ("failed", "passed"),
         "test_autograd.TestAutograd::test_broken_by_the_stack": ("passed", "passed"),
         "test_autograd.TestAutograd::test_fails_on_both": ("failed", "failed"),
         "test_autograd.TestAutograd::test_fixed_by_the_stack": ("failed", "passed"),
         "test_autograd.TestAutograd::test_skipped_by_the_stack": ("passed", "passed"),
         "test_autograd.TestAutograd::test_stable": ("passed", "passed"),
         "test_new_feature::test_new": ("failed", "passed"),
+        "test_only_in_a_checkout::test_here": ("passed", "passed"),
     }
     lines = out.getvalue().splitlines()
-    assert lines[0] == "not run: test/test_not_in_this_checkout.py (not in the checkout at %s)" % fake.base[:12]
-    assert "failed   passed   test_autograd.TestAutograd::test_fixed_by_the_stack newly passes" in lines
-    assert "failed   passed   test_new_feature::test_new newly passes" in lines
-    assert lines[-1] == "6 tests: 2 newly pass with the stack, 0 fail with it (1 fail on both sides)"
+    assert lines == [
+        "not run: test/test_not_in_this_checkout.py (not in the checkout at %s)" % fake.base[:12],
+        "failed   failed   test_autograd.TestAutograd::test_fails_on_both",
+        "failed   passed   test_autograd.TestAutograd::test_fixed_by_the_stack newly passes",
+        "the stack's tests: 2 new (must fail on stock and pass with the stack), 0 changed (must pass with the stack)",
+        "  ok: new test_autograd.TestAutograd::test_added_by_the_stack: stock failed, stack passed",
+        "  ok: new test_new_feature::test_new: stock failed, stack passed",
+        "8 tests: 3 newly pass with the stack, 0 fail with it or cannot show its fix (1 fail on both sides)"]
     assert {p.name for p in (tmp_path / "junit").iterdir()} == {"stock.xml", "stack.xml"}
     assert fake.snapshot() == before
 
@@ -166,7 +132,7 @@ def test_a_new_failure_in_an_upstream_test_fails_the_run(tmp_path, checkout, mon
     fake, stack, patched = checkout
     monkeypatch.setenv("FAKE_BREAK", "1")
     out = io.StringIO()
-    with pytest.raises(WorkFailed, match=r"^test: 1 tests fail with the stack \(first: "
+    with pytest.raises(WorkFailed, match=r"^test: 1 tests fail with the stack or cannot show its fix \(first: "
                                          r"test_autograd.TestAutograd::test_broken_by_the_stack\)$"):
         upstream_tests.main(stack, out, progress=quiet, pytorch=fake.path, patched_python=patched,
                             stock_python=sys.executable)
@@ -177,7 +143,7 @@ def test_a_test_skipped_with_the_stack_that_passed_on_stock_fails_the_run(tmp_pa
     fake, stack, patched = checkout
     monkeypatch.setenv("FAKE_SKIP", "1")
     out = io.StringIO()
-    with pytest.raises(WorkFailed, match=r"^test: 1 tests fail with the stack \(first: "
+    with pytest.raises(WorkFailed, match=r"^test: 1 tests fail with the stack or cannot show its fix \(first: "
                                          r"test_autograd.TestAutograd::test_skipped_by_the_stack\)$"):
         upstream_tests.main(stack, out, progress=quiet, pytorch=fake.path, patched_python=patched)
     assert ("passed   skipped  test_autograd.TestAutograd::test_skipped_by_the_stack NEWLY FAILS (skipped with "
@@ -273,40 +239,109 @@ quick = [{ test = "test/area/test_unrelated.py" }]
 '''
 
 
+UPSTREAM_FILES = {"test/area/test_suite.py": FAKE_SUITE, "test/area/test_other.py": FAKE_OTHER,
+                  "test/area/test_unrelated.py": "def test_never_run():\n    assert False\n",
+                  "test/area/helpers.py": "# imported by nothing; hashed as a helper beside the tests\n"}
+# What the stack's first patch adds to TestSuite: fails on stock (unless FAKE_STOCK_PASSES), passes with
+# the stack (unless FAKE_NEW_FAILS).
+NEW_IN_SUITE = """\
+    def test_new_by_the_stack(self):
+        self.assertFalse(os.environ.get("FAKE_NEW_FAILS") == "1", "the fix is not in")
+        self.assertTrue(PATCHED or os.environ.get("FAKE_STOCK_PASSES") == "1")
+
+"""
+
+
 def fake_upstream_tests(path: Path) -> Path:
     """A test double of a folder of upstream test files: DIR/test/area/..., and one file the
     map does not reach for this stack (its path is not touched)."""
-    for name, text in (("test_suite.py", FAKE_SUITE), ("test_other.py", FAKE_OTHER),
-                       ("test_unrelated.py", "def test_never_run():\n    assert False\n"),
-                       ("helpers.py", "# imported by nothing; hashed as a helper beside the tests\n")):
-        (path / "test" / "area").mkdir(parents=True, exist_ok=True)
-        (path / "test" / "area" / name).write_text(text)
+    for rel, text in UPSTREAM_FILES.items():
+        (path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (path / rel).write_text(text)
     return path
 
 
 @pytest.fixture
-def suite(tmp_path, checkout, monkeypatch):
-    """(stack, the fake upstream folder, the patched python, the record folder)."""
-    _, stack, patched = checkout
+def suite(tmp_path, monkeypatch):
+    """(stack, the fake upstream folder, the patched python, the record folder). The stack's
+    patches are made against the folder's text: the first adds a test to TestSuite, the
+    second changes test_stable."""
+    fake = fake_pytorch_tree(tmp_path / "pytorch")
+    fake.base = fake.commit("Upstream's tests\n\nThe base.\n", UPSTREAM_FILES)
+    fake.git.run("checkout", "--quiet", "-b", "work")
+    cpp, suite_file = "torch/csrc/autograd/custom_function.cpp", "test/area/test_suite.py"
+    fake.commit("[autograd] A fix\n\nWith its test.\n",
+                {cpp: fake.edit(cpp, "line 3\n", "line 3 fixed\n"),
+                 suite_file: fake.edit(suite_file, "    def test_fails_on_both",
+                                       NEW_IN_SUITE + "    def test_fails_on_both")})
+    fake.commit("[autograd] Check more\n\nA changed test.\n",
+                {cpp: fake.edit(cpp, "line 9\n", "line 9 checked\n"),
+                 suite_file: fake.edit(suite_file, "    def test_stable(self):\n        pass\n",
+                                       "    def test_stable(self):\n        self.assertTrue(True)\n")})
+    stack_from_commits(fake, tmp_path / "patches", head="work")
+    stack = Stack(tmp_path / "patches")
     (stack.dir / "upstream-tests.toml").write_text(SUITE_MAP)
     record = tmp_path / "record"
     record.mkdir()
     monkeypatch.setenv("FAKE_RECORD", str(record))
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "the caller's cache"))
-    return stack, fake_upstream_tests(tmp_path / "upstream"), patched, record
+    return stack, fake_upstream_tests(tmp_path / "upstream"), patched_python(tmp_path), record
 
 
-def run_suite(suite, reports: Path, select: str = "all", **options):
+def run_suite(suite, reports: Path, select: str | None = "all", **options):
     stack, upstream, patched, _ = suite
     out = io.StringIO()
     try:
         return upstream_tests.main(stack, out, reports, progress=quiet, upstream=upstream, select=select,
-                                   patched_python=patched, command=["test.sh", "--select", select], **options), out
+                                   patched_python=patched, command=["test.sh", "--select", str(select)],
+                                   **options), out
     finally:
         print(out.getvalue())  # the report, for a failure's captured output
 
 
 SUITE = "area/test_suite.py::TestSuite::"
+NEW, CHANGED = f"test/{SUITE}test_new_by_the_stack", f"test/{SUITE}test_stable"
+
+
+def test_the_stacks_own_tests_alone_by_default_with_the_hunks_in_a_copy_of_dir(tmp_path, suite):
+    stack, upstream = suite[:2]
+    before = dir_bytes(upstream)
+    table, out = run_suite(suite, tmp_path / "reports", select=None)
+    assert {row.test_id: (row.stock, row.stack) for row in table} == {
+        SUITE + "test_new_by_the_stack": ("failed", "passed"), SUITE + "test_stable": ("passed", "passed")}
+    first, second = stack.series()
+    lines = out.getvalue().splitlines()
+    assert lines[:3] == [
+        "the stack's tests: 1 new (must fail on stock and pass with the stack), 1 changed (must pass with the stack)",
+        f"  ok: new {NEW} ({first}): stock failed, stack passed",
+        f"  ok: changed {CHANGED} ({second}): stock passed, stack passed"]
+    assert lines[-2].startswith("2 tests, --select own: 0 regressions, 1 newly pass, 0 fail on both sides, 0 skipped "
+                                "or missing on one side only; the stack's 2 tests: 0 fail with it or cannot show its "
+                                "fix; ")
+    summary = json.loads((tmp_path / "reports" / "summary.json").read_text())
+    assert [(run["target"], run["k"], run["ids"]) for run in summary["runs"]] == [
+        ("area/test_suite.py", None, [f"{SUITE}test_new_by_the_stack", f"{SUITE}test_stable"])]
+    assert summary["stack_tests_per_patch"] == {first: [NEW], second: [CHANGED]}
+    assert [(t["test_id"], t["kind"], t["verdict"]) for t in summary["stack_tests"]] == [
+        (NEW, "new", ""), (CHANGED, "changed", "")]
+    assert dir_bytes(upstream) == before  # the hunks went into a copy
+
+
+def test_a_new_test_that_passes_on_stock_cannot_show_the_fix(tmp_path, suite, monkeypatch):
+    monkeypatch.setenv("FAKE_STOCK_PASSES", "1")
+    with pytest.raises(WorkFailed, match=rf"^upstream tests: 1 of the stack's tests fail with it or cannot show its "
+                                         rf"fix \(first: {NEW}: passes on stock: it cannot show the fix\)$"):
+        run_suite(suite, tmp_path / "reports", select="own")
+    out = (tmp_path / "reports" / "summary.json").read_text()
+    assert json.loads(out)["stack_tests"][0]["verdict"] == "passes on stock: it cannot show the fix"
+
+
+def test_a_new_test_that_fails_with_the_stack_fails_the_run(tmp_path, suite, monkeypatch, capsys):
+    monkeypatch.setenv("FAKE_NEW_FAILS", "1")
+    with pytest.raises(WorkFailed, match=rf"\(first: {NEW}: failed with the stack\)$"):
+        run_suite(suite, tmp_path / "reports", select="own")
+    assert (f"  FAILS: new {NEW} ({suite[0].series()[0]}): stock failed, stack failed; failed with the stack"
+            in capsys.readouterr().out.splitlines())
 
 
 def test_upstream_tests_a_b_per_test_id_with_a_table_and_a_summary(tmp_path, suite):
@@ -315,6 +350,7 @@ def test_upstream_tests_a_b_per_test_id_with_a_table_and_a_summary(tmp_path, sui
         SUITE + "test_broken_by_the_stack": ("passed", "passed"),
         SUITE + "test_fails_on_both": ("failed", "failed"),
         SUITE + "test_fixed_by_the_stack": ("failed", "passed"),
+        SUITE + "test_new_by_the_stack": ("failed", "passed"),
         SUITE + "test_runs_beside_the_other_side": ("passed", "passed"),
         SUITE + "test_skipped_by_the_stack": ("passed", "passed"),
         SUITE + "test_stable": ("passed", "passed"),
@@ -328,15 +364,18 @@ def test_upstream_tests_a_b_per_test_id_with_a_table_and_a_summary(tmp_path, sui
            "False is not true" in lines
     assert f"fails on both: {SUITE}test_fails_on_both (stock failed, stack failed): AssertionError: " \
            "an upstream failure, not ours" in lines
+    # The stack's own tests are reported apart: the upstream tests' lines are about the rest.
+    assert not any("test_new_by_the_stack" in line for line in lines if line.startswith("newly passes"))
+    assert f"  ok: new {NEW} ({suite[0].series()[0]}): stock failed, stack passed" in lines
     assert lines[-5:-1] == [
         "file                collected stock/stack  passed stock  passed stack  fail on both  newly pass  "
         "one side only  regressions",
-        "area/test_suite.py  6/6                    4             5             1             1           "
+        "area/test_suite.py  7/7                    4             6             1             2           "
         "0              0",
         "area/test_other.py  2/2                    2             2             0             0           "
         "0              0",
-        "8 tests, --select all: 0 regressions, 1 newly pass, 1 fail on both sides, 0 skipped or missing on one "
-        "side only; " + lines[-2].rsplit("; ", 1)[1]]
+        "9 tests, --select all: 0 regressions, 2 newly pass, 1 fail on both sides, 0 skipped or missing on one "
+        "side only; the stack's 2 tests: 0 fail with it or cannot show its fix; " + lines[-2].rsplit("; ", 1)[1]]
     summary = json.loads((tmp_path / "reports" / "summary.json").read_text())
     assert summary["command"] == "test.sh --select all" and summary["select"] == "all"
     assert summary["dir"] == str(upstream) and summary["not_in_dir"] == ["test/area/test_not_in_dir.py"]
@@ -344,21 +383,22 @@ def test_upstream_tests_a_b_per_test_id_with_a_table_and_a_summary(tmp_path, sui
                                  .hexdigest() for name in ("helpers.py", "test_other.py", "test_suite.py")}
     assert summary["deselected"] == ["area/test_suite.py::TestSweep"]
     assert [run["target"] for run in summary["runs"]] == ["area/test_suite.py", "area/test_other.py::TestOther"]
-    assert summary["files"][0] == {"file": "area/test_suite.py", "collected": {"stock": 6, "stack": 6},
-                                   "passed": {"stock": 4, "stack": 5}, "fail_on_both": 1, "newly_pass": 1,
+    assert summary["files"][0] == {"file": "area/test_suite.py", "collected": {"stock": 7, "stack": 7},
+                                   "passed": {"stock": 4, "stack": 6}, "fail_on_both": 1, "newly_pass": 2,
                                    "one_side_only": 0, "regressions": 0}
     assert {t["test_id"]: t["kind"] for t in summary["tests"]} == {
         SUITE + "test_fails_on_both": "fails on both", SUITE + "test_fixed_by_the_stack": "newly passes"}
+    assert [t["test_id"] for t in summary["stack_tests"]] == [NEW, CHANGED]
     for side, fixed in (("stock", ["failure"]), ("stack", [])):  # the JUnit files, per side and run
         assert junit_tags(tmp_path / "reports" / side / "area.test_suite.xml") == {
             ("area.test_suite.TestSuite", name): tags for name, tags in (
                 ("test_stable", []), ("test_fixed_by_the_stack", fixed), ("test_broken_by_the_stack", []),
-                ("test_skipped_by_the_stack", []), ("test_fails_on_both", ["failure"]),
-                ("test_runs_beside_the_other_side", []))}
+                ("test_skipped_by_the_stack", []), ("test_new_by_the_stack", fixed),
+                ("test_fails_on_both", ["failure"]), ("test_runs_beside_the_other_side", []))}
 
 
 def test_a_relative_junit_dir_is_the_callers_not_the_upstream_folders(tmp_path, suite, monkeypatch):
-    # pytest runs in DIR/test: a relative --junit-dir once made it write its XML there (as .ci/run's
+    # pytest runs in the copy of DIR/test: a relative --junit-dir once made it write its XML there (as .ci/run's
     # build/upstream-tests did into ../shared), and the run failed with "wrote no report".
     monkeypatch.chdir(tmp_path)
     table, _ = run_suite(suite, Path("reports"), select="quick")
@@ -405,16 +445,45 @@ def test_a_test_that_passed_on_stock_and_is_skipped_with_the_stack_is_a_regressi
             in out.getvalue().splitlines())
 
 
-def test_quick_runs_each_entrys_quick_part_and_full_adds_the_sweeps(tmp_path, suite):
+def test_quick_runs_each_entrys_quick_part_and_the_stacks_tests_and_full_adds_the_sweeps(tmp_path, suite):
     quick, _ = run_suite(suite, tmp_path / "quick", select="quick")
     assert sorted(row.test_id for row in quick) == [
         "area/test_other.py::TestOther::test_alias", SUITE + "test_broken_by_the_stack",
-        SUITE + "test_runs_beside_the_other_side", SUITE + "test_skipped_by_the_stack"]
+        SUITE + "test_new_by_the_stack", SUITE + "test_runs_beside_the_other_side", SUITE + "test_skipped_by_the_stack",
+        SUITE + "test_stable"]
+    summary = json.loads((tmp_path / "quick" / "summary.json").read_text())
+    assert [(run["target"], run["k"], run["ids"]) for run in summary["runs"]] == [
+        ("area/test_suite.py::TestSuite", "broken or skipped or runs_beside", []),
+        ("area/test_other.py::TestOther", "alias", []),
+        ("area/test_suite.py", None, [f"{SUITE}test_new_by_the_stack", f"{SUITE}test_stable"])]
     (suite[3] / "stock.cache").unlink()
     (suite[3] / "stack.cache").unlink()
     full, _ = run_suite(suite, tmp_path / "full", select="full")
     assert {row.test_id for row in full} - {row.test_id for row in run_suite(suite, tmp_path / "all")[0]} == {
         "area/test_suite.py::TestSweepOpInfo::test_every_op"}
+
+
+def test_a_mapped_file_that_does_not_collect_on_stock_is_reported_and_fails_the_run(tmp_path, suite):
+    stack, upstream = suite[:2]
+    (stack.dir / "upstream-tests.toml").write_text(SUITE_MAP.replace(
+        '"test/area/test_not_in_dir.py"]', '"test/area/test_not_in_dir.py", "test/area/test_needs_the_stack.py"]'))
+    (upstream / "test/area/test_needs_the_stack.py").write_text(
+        'import os\n\nif os.environ.get("FAKE_PATCHED") != "1":\n    raise ImportError("needs a newer torch")\n\n\n'
+        'def test_here():\n    pass\n')
+    with pytest.raises(WorkFailed, match=r"^upstream tests: test/area/test_needs_the_stack.py does not collect on "
+                                         r"stock in .*/upstream: the gate cannot vouch for it$"):
+        _, out = run_suite(suite, tmp_path / "reports")
+    summary = json.loads((tmp_path / "reports" / "summary.json").read_text())
+    assert summary["not_collected_on_stock"] == ["area/test_needs_the_stack.py"]
+
+
+def test_an_empty_series_has_nothing_to_run(tmp_path, monkeypatch):
+    patches = tmp_path / "patches"
+    write_stack_data(patches, "0" * 40)
+    out = io.StringIO()
+    assert upstream_tests.main(Stack(patches), out, upstream=fake_upstream_tests(tmp_path / "upstream"),
+                               select="quick", progress=quiet) == []
+    assert out.getvalue() == "the series is empty: no tests of its own, nothing to compare\n"
 
 
 def test_the_map_merges_picks_of_one_target_and_skips_a_class_whose_file_runs_whole(tmp_path, checkout):
@@ -432,43 +501,93 @@ def test_the_map_merges_picks_of_one_target_and_skips_a_class_whose_file_runs_wh
         upstream_tests.SuiteRun("a.py"), upstream_tests.SuiteRun("b.py"), upstream_tests.SuiteRun("c.py")]
 
 
-def test_upstream_tests_refusals(tmp_path, suite):
+def test_upstream_tests_refusals(tmp_path, suite, monkeypatch):
     stack, upstream, patched, _ = suite
+    monkeypatch.delenv("NDV_UPSTREAM_TESTS", raising=False)
     with pytest.raises(BadInput, match=r"^--upstream-tests .*/nowhere: no test/ folder"):
         upstream_tests.main(stack, io.StringIO(), progress=quiet, upstream=tmp_path / "nowhere")
     (tmp_path / "empty" / "test").mkdir(parents=True)
-    with pytest.raises(BadInput, match="none of the test files upstream-tests.toml maps the stack's files to is there"):
+    with pytest.raises(WorkFailed, match=rf"^{stack.series()[0]}: its test hunks do not apply to .*/empty/test "
+                                         r"\(git apply, no fuzz\): error: test/area/test_suite.py: No such file"):
         upstream_tests.main(stack, io.StringIO(), progress=quiet, upstream=tmp_path / "empty")
-    with pytest.raises(BadInput, match="--select needs --upstream-tests DIR"):
+    with pytest.raises(BadInput, match=r"^test needs upstream's test files .*: pass --upstream-tests DIR or set "
+                                       r"NDV_UPSTREAM_TESTS=DIR"):
         upstream_tests.main(stack, io.StringIO(), progress=quiet, select="quick")
     with pytest.raises(BadInput, match="give one"):
         upstream_tests.main(stack, io.StringIO(), progress=quiet, upstream=upstream, pytorch=tmp_path)
+    with pytest.raises(BadInput, match=r"^--select is for the upstream test files of --upstream-tests"):
+        upstream_tests.main(stack, io.StringIO(), progress=quiet, select="all", pytorch=tmp_path)
 
 
-def test_the_entry_point_has_help_and_refuses_bad_usage(tmp_path, capsys):
+def test_the_entry_point_has_help_and_refuses_bad_usage(tmp_path, capsys, monkeypatch):
     from ndvstack import cli
     with pytest.raises(SystemExit) as exit_:
         cli.main(["test", "--help"])
     assert exit_.value.code == 0
     help_text = capsys.readouterr().out
     assert help_text.startswith("usage: stack.sh test ")
-    assert "--upstream-tests DIR" in help_text and "--select {quick,all,full}" in help_text
+    assert "--upstream-tests DIR" in help_text and "--select {own,quick,all,full}" in help_text
     with pytest.raises(SystemExit) as exit_:
         cli.main(["test", "--upstream-tests", str(tmp_path), "--select", "some"])
     assert exit_.value.code == 2
     assert "argument --select: invalid choice: 'some'" in capsys.readouterr().err
-    assert cli.main(["test", "--select", "quick"]) == 2
-    assert capsys.readouterr().err == "error: --select needs --upstream-tests DIR\n"
+    # The stack's own tests need upstream's test files: one line naming both ways to give them.
+    monkeypatch.delenv("NDV_UPSTREAM_TESTS", raising=False)
+    assert cli.main(["test"]) == 2
+    assert capsys.readouterr().err == (
+        "error: test needs upstream's test files (the stack's tests are methods its patches add to them): pass "
+        "--upstream-tests DIR or set NDV_UPSTREAM_TESTS=DIR (e.g. ../shared/upstream-2.15)\n")
+
+
+def shared_upstream_tests() -> Path:
+    return Path(os.environ.get("NDV_SHARED_UPSTREAM_TESTS") or REPO_ROOT.parent / "shared" / "upstream-2.15")
+
+
+def test_the_real_maps_files_are_in_the_shared_upstream_2_15_folder():
+    """--select all|quick on ../shared/upstream-2.15 runs every file the map names there; the files
+    it lacks are checkout_only (run by --pytorch only)."""
+    shared = shared_upstream_tests()
+    if not (shared / "test").is_dir():
+        pytest.skip(f"{shared} has no test/ (set NDV_SHARED_UPSTREAM_TESTS)")
+    coverage = Stack(DEFAULT_PATCHES).coverage()
+    named = {t.split("::")[0] for entry in coverage for t in (*entry.tests, *(q.test for q in entry.quick))}
+    assert sorted(t for t in named if not (shared / t).is_file()) == []
+    checkout_only = {t.split("::")[0] for entry in coverage for t in entry.checkout_only}
+    assert checkout_only and all(not (shared / t).is_file() for t in checkout_only)
 
 
 def test_the_real_maps_quick_gate_holds_the_known_regressions_tests():
     """The quick selection of the shipped map reaches the two upstream tests the stack once
     regressed (issue 13), by pytest's own -k matching."""
     from _pytest.mark.expression import Expression
-    runs = upstream_tests.suite_runs(Stack(DEFAULT_PATCHES), "quick")
+    stack = Stack(DEFAULT_PATCHES)
+    runs = upstream_tests.suite_runs(stack, "quick", touched=[entry.path for entry in stack.coverage()])
     for test_id in ("dynamo/test_aot_autograd.py::AotAutogradFallbackTests::test_alias_inputs",
                     "functorch/test_aotdispatch.py::TestAOTModuleSimplified::test_saved_tensors_hooks_donated_buffers"):
         file, cls, name = test_id.split("::")
         names = (file.rsplit("/", 1)[1], cls, name)
         assert any(test_id.startswith(run.target + "::") and (run.k is None or Expression.compile(run.k).evaluate(
             lambda sub, **_: any(sub.lower() in n.lower() for n in names))) for run in runs), test_id
+
+
+def test_a_stack_test_pytest_does_not_collect_by_its_id_is_a_failure_that_says_why(tmp_path, suite):
+    """A test collected under other names (a device-type class, instantiated per device and removed
+    from the module) is not found by its id, and pytest then runs none of the ids it was given: the
+    run says so and fails."""
+    upstream, patched = suite[1], suite[2]
+    fake = fake_pytorch_tree(tmp_path / "pytorch2")
+    fake.base = fake.commit("Upstream's tests\n\nThe base.\n", UPSTREAM_FILES)
+    fake.git.run("checkout", "--quiet", "-b", "work")
+    other = "test/area/test_other.py"
+    fake.commit("[autograd] A fix\n\nWith a device-type test.\n",
+                {other: FAKE_OTHER + "\n\nclass TestGeneric(unittest.TestCase):\n    def test_on_device(self):\n"
+                                     "        pass\n\n\ndel TestGeneric  # stands for instantiate_device_type_tests\n"})
+    stack_from_commits(fake, tmp_path / "patches2", head="work")
+    stack = Stack(tmp_path / "patches2")
+    out = io.StringIO()
+    with pytest.raises(WorkFailed, match=r"\(first: test/area/test_other.py::TestGeneric::test_on_device: not "
+                                         r"collected with the stack\)$"):
+        upstream_tests.main(stack, out, tmp_path / "reports", progress=quiet, upstream=upstream,
+                            patched_python=patched)
+    assert ("not collected: area/test_other.py: the stack's 1 tests: ERROR: not found: area/test_other.py::TestGeneric"
+            "::test_on_device (no match in any of [<Module test_other.py>])") in out.getvalue().splitlines()

@@ -82,37 +82,43 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--cpp-from", type=Path, metavar="PATH", help=CPP_FROM_HELP)
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
 
-    p = verbs.add_parser("test", help="the upstream tests that cover the stack, stock vs patched",
-                         description="With --pytorch: the upstream tests that patches/upstream-tests.toml "
-                                     "maps the stack's files to, and the test files the stack adds or "
-                                     "changes, from that checkout with the stack applied. With "
-                                     "--upstream-tests: the mapped upstream test files that DIR/test holds, "
-                                     "as they are, both sides at the same time, each with its own inductor "
-                                     "cache; a per-file table, and summary.json beside the JUnit files. "
-                                     "Without either: the test files the stack adds, taken from the "
-                                     "patches. Each runs with pytest on stock torch and patched (the "
-                                     "overlay, or --patched-python); the report says per test id what "
-                                     "newly passes and newly fails. Exit 1 on a new failure (a test that "
-                                     "passed on stock and fails, errors, is skipped or is missing with the "
-                                     "stack) or a failing test the stack adds.")
-    p.add_argument("--pytorch", type=Path, metavar="DIR", help="a pytorch git checkout to take the tests from")
+    p = verbs.add_parser("test", help="the stack's own tests, and the upstream tests that cover it, stock vs patched",
+                         description="The stack's own tests are the test functions its patches add or change "
+                                     "in upstream's test files, found by applying its test hunks (git apply, no "
+                                     "fuzz) to a copy of an upstream test tree: --upstream-tests DIR (default "
+                                     "$NDV_UPSTREAM_TESTS), a folder holding test/... (e.g. ../shared/upstream-2.15) "
+                                     "or a checkout's tree; DIR is never written. Without --select they run alone; "
+                                     "--select quick/all/full adds the upstream files patches/upstream-tests.toml "
+                                     "maps the stack's files to (the regression gate), with the test hunks in them. "
+                                     "Both sides at the same time, each with its own inductor cache: stock (this "
+                                     "venv's torch) and the stack (the overlay, or --patched-python); a per-file "
+                                     "table, and summary.json beside the JUnit files. With --pytorch: the mapped "
+                                     "tests and the stack's own, from that checkout with the stack applied. Exit 1 "
+                                     "if a new test of the stack does not fail on stock or does not pass with it, "
+                                     "a changed one does not pass with it, or a test that passed on stock fails, "
+                                     "errors, is skipped or is missing with the stack (a regression).")
     p.add_argument("--upstream-tests", type=Path, metavar="DIR",
-                   help="a folder holding upstream's test/... files, no checkout needed "
-                        "(e.g. ../shared/upstream-tests)")
+                   help="the folder holding upstream's test/... files the test hunks apply to "
+                        "(default: $NDV_UPSTREAM_TESTS)")
     p.add_argument("--select", choices=upstream_tests.SELECTIONS,
-                   help="with --upstream-tests: quick (each upstream-tests.toml entry's quick part: the CI gate), "
-                        "all (the whole mapped files but the OpInfo/ModuleInfo sweeps; the default), full (with them)")
+                   help="own: the stack's own tests only (the default); quick: also each upstream-tests.toml "
+                        "entry's quick part (the CI gate); all: also the whole mapped files but the "
+                        "OpInfo/ModuleInfo sweeps; full: with them")
+    p.add_argument("--pytorch", type=Path, metavar="DIR",
+                   help="instead: a pytorch git checkout to take the tests from, the stack applied")
     p.add_argument("--onto", metavar="REV", help="with --pytorch: the stack onto REV instead of the base")
     p.add_argument("--stock-python", metavar="PY", help="the stock side's python (default: this venv's torch)")
     p.add_argument("--patched-python", metavar="PY",
                    help="the patched side's python, e.g. a venv with the built wheel (default: the overlay)")
-    p.add_argument("--junit-dir", type=Path, help="write stock.xml and stack.xml here (with --upstream-tests: "
-                                                  "stock/ and stack/, one XML and log per run, and summary.json; "
-                                                  "default: a new folder under $TMPDIR, kept)")
+    p.add_argument("--junit-dir", type=Path, help="write the reports here: stock/ and stack/, one JUnit XML and "
+                                                  "log per run, and summary.json (with --pytorch: stock.xml and "
+                                                  "stack.xml; with --each-prefix: prefix-NN/; default: a new folder "
+                                                  "under $TMPDIR, kept)")
     p.add_argument("--cpp-from", type=Path, metavar="PATH", help=CPP_FROM_HELP)
     p.add_argument("--each-prefix", action="store_true",
-                   help="instead: for each k, the first k patches overlaid and the test files patch k adds "
-                        "or changes run on them (patched side only); exit 1 if a prefix fails its own tests")
+                   help="instead: for each k, the first k patches overlaid and patch k's own tests run on the "
+                        "test tree as the first k patches leave it (patched side only); exit 1 if a prefix "
+                        "fails its own tests")
 
     p = verbs.add_parser("verify-cpp", help="verify the C++ patch text by compiling it, not only its shim",
                          description="Apply each C++ patch's hunks to the base text from --source (no "
@@ -228,12 +234,13 @@ def main(argv: list[str] | None = None) -> int:
         elif args.verb == "overlay":
             overlay.main(stack, sys.stdout, args.overlay_src, args.allow_unshimmed)
         elif args.verb == "test" and args.each_prefix:
-            given = [f"--{name.replace('_', '-')}" for name in ("pytorch", "upstream_tests", "select", "onto",
+            given = [f"--{name.replace('_', '-')}" for name in ("pytorch", "select", "onto",
                                                                 "stock_python", "patched_python", "cpp_from")
                      if getattr(args, name)]
             if given:
-                raise BadInput(f"--each-prefix runs the stack's own test files on the overlay; not with {given[0]}")
-            each_prefix.main(stack, sys.stdout, args.junit_dir, overlay_src=args.overlay_src)
+                raise BadInput(f"--each-prefix runs each patch's own tests on the overlay; not with {given[0]}")
+            each_prefix.main(stack, sys.stdout, args.junit_dir, overlay_src=args.overlay_src,
+                             upstream=args.upstream_tests)
         elif args.verb == "test":
             upstream_tests.main(stack, sys.stdout, args.junit_dir, pytorch=args.pytorch, onto=args.onto,
                                 stock_python=args.stock_python, patched_python=args.patched_python,

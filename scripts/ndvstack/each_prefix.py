@@ -1,11 +1,12 @@
 """test --each-prefix: each prefix of the series passes its own tests (the stack bisects).
 
 For k = 1..N: the first k patches, as a stack of their own, overlaid on the installed torch;
-the test files patch k adds or changes, as the first k patches leave them, run with pytest on
-that overlay. Only the patched side: `test` already compares stock and the whole stack. A
-prefix passes when every one of those tests passes; a skipped test is reported, never counted
-as a pass. Without a checkout, as `test` without --pytorch: a change patch k makes to an
-upstream test file is listed as not run.
+patch k's own tests (the test functions it adds or changes, own_tests), on the upstream test
+tree as the first k patches leave it (DIR's text with their test hunks), run with pytest on
+that overlay, with an inductor cache and TMPDIR of their own. Only the patched side: `test`
+compares stock and the whole stack. A prefix passes when every one of its tests passes; a
+skipped or uncollected test is reported, never counted as a pass. A prefix with no tests of
+its own says so.
 
 The prefixes live in the cache, named by a hash of what is in them, so that a second run
 with the same stack reuses their overlays.
@@ -21,14 +22,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from ndvstack import lint, run
+from ndvstack import lint, own_tests, run
 from ndvstack.atomic import build_dir
 from ndvstack.errors import WorkFailed
 from ndvstack.layers import DEFAULT_OVERLAY_SRC
 from ndvstack.overlay import default_cache
 from ndvstack.shims import SHIMS_FILE, load_shims
-from ndvstack.stack import SERIES_FILE, Patch, Stack
-from ndvstack.upstream_tests import FAILED, Side, _is_test_file, new_test_files, run_side
+from ndvstack.stack import SERIES_FILE, Stack
+from ndvstack.upstream_tests import FAILED, Side, SuiteRun, _run_suite_side
 
 
 def _files(folder: Path) -> list[Path]:
@@ -78,51 +79,48 @@ def prefix(stack: Stack, k: int, overlay_src: Path, cache: Path) -> tuple[Stack,
     return Stack(folder / "patches"), folder / "overlay"
 
 
-def own_test_files(patch: Patch) -> list[str]:
-    """The test files PATCH adds or changes."""
-    return sorted({c.path for c in patch.files if c.new_path and c.path.startswith("test/") and _is_test_file(c.path)})
-
-
-def check_prefix(stack: Stack, k: int, overlay_src: Path, cache: Path, junit_dir: Path | None, out,
-                 progress) -> bool:
+def check_prefix(stack: Stack, k: int, upstream: Path, overlay_src: Path, cache: Path, junit_dir: Path | None,
+                 out, progress) -> bool:
     """Runs prefix K's own tests and reports them; returns whether it passes."""
     start = time.monotonic()
     name = stack.series()[k - 1]
     head = f"[{k}/{len(stack.series())}] {name}"
     prefix_stack, prefix_src = prefix(stack, k, overlay_src, cache)
-    own = own_test_files(prefix_stack.patches()[-1])
     with tempfile.TemporaryDirectory(prefix="ndv-each-prefix-") as tmp:
-        tree = Path(tmp, "pytorch")
-        tree.mkdir()
-        written, _ = new_test_files(prefix_stack, tree)
-        runnable = [path for path in own if path in written]
-        for path in sorted(set(own) - set(runnable)):
-            print(f"{head}: not run: {path} (changes an upstream file; needs a checkout)", file=out)
-        if not runnable:
-            print(f"{head}: no test file of its own to run here", file=out)
+        own = own_tests.apply_test_hunks(prefix_stack.patches(), upstream, Path(tmp, "tree"))
+        ids = own.per_patch[name]
+        if not ids:
+            print(f"{head}: no tests of its own (it adds or changes no test function)", file=out)
             return True
-        progress(f"test --each-prefix: {head}: overlay of {k} patches, then {', '.join(runnable)} ...")
-        side = Side("stack", sys.executable, run.environment(prefix_stack, stock=False, overlay_src=prefix_src))
-        junit = (junit_dir or Path(tmp)) / f"prefix-{k:02d}.xml"
-        junit.parent.mkdir(parents=True, exist_ok=True)
-        results = run_side(side, tree, runnable, junit)
-    counts = {kind: sum(v == kind for v in results.values()) for kind in ("passed", *FAILED, "skipped")}
-    ok = counts["passed"] > 0 and not counts["failed"] and not counts["error"]
-    print(f"{head}: {', '.join(runnable)}: {counts['passed']} passed, {counts['failed'] + counts['error']} "
-          f"failed, {counts['skipped']} skipped ({time.monotonic() - start:.0f}s)", file=out)
-    for test_id, outcome in sorted(results.items()):
-        if outcome != "passed":
-            print(f"  {outcome.upper()} {test_id}", file=out)
-    return ok
+        progress(f"test --each-prefix: {head}: overlay of {k} patches, then its {len(ids)} tests ...")
+        env = {**run.environment(prefix_stack, stock=False, overlay_src=prefix_src),
+               **run.private_inductor_env(Path(tmp, "inductor"))}
+        by_file: dict[str, list[str]] = {}
+        for test_id in ids:
+            by_file.setdefault(test_id[len("test/"):].split("::")[0], []).append(test_id[len("test/"):])
+        reports = junit_dir / f"prefix-{k:02d}" if junit_dir else Path(tmp, "reports")
+        results, _ = _run_suite_side(Side("stack", sys.executable, env), own.tree / "test",
+                                     [SuiteRun(file, ids=tuple(i)) for file, i in by_file.items()], [], reports,
+                                     progress)
+    outcome = {test_id: results.get(test_id[len("test/"):], ("absent", ""))[0] for test_id in ids}
+    counts = {kind: sum(v == kind for v in outcome.values()) for kind in ("passed", *FAILED, "skipped", "absent")}
+    print(f"{head}: {len(ids)} tests: {counts['passed']} passed, {counts['failed'] + counts['error']} failed, "
+          f"{counts['skipped']} skipped, {counts['absent']} not collected ({time.monotonic() - start:.0f}s)", file=out)
+    for test_id, result in outcome.items():
+        if result != "passed":
+            print(f"  {'NOT COLLECTED' if result == 'absent' else result.upper()} {test_id}", file=out)
+    return counts["passed"] == len(ids)
 
 
 def main(stack: Stack, out, junit_dir: Path | None = None, overlay_src: Path = DEFAULT_OVERLAY_SRC,
-         cache: Path | None = None, progress=lambda msg: print(msg, file=sys.stderr)) -> None:
+         cache: Path | None = None, upstream: Path | None = None,
+         progress=lambda msg: print(msg, file=sys.stderr)) -> None:
     lint.check(stack)
+    upstream = own_tests.upstream_dir(upstream, "test --each-prefix")
     cache = cache or default_cache()
     names = stack.series()
     failing = [names[k - 1] for k in range(1, len(names) + 1)
-               if not check_prefix(stack, k, overlay_src, cache, junit_dir, out, progress)]
+               if not check_prefix(stack, k, upstream, overlay_src, cache, junit_dir, out, progress)]
     if failing:
         raise WorkFailed(f"test --each-prefix: {len(failing)} of {len(names)} prefixes fail their own tests "
                          f"(first: {failing[0]})")

@@ -284,6 +284,9 @@ class Coverage:
     path: str
     tests: tuple[str, ...]
     quick: tuple[QuickPick, ...] = ()
+    # Files only a pytorch checkout has (not the shared folder of upstream test files): run by
+    # `test.sh --pytorch`, never by `--upstream-tests`.
+    checkout_only: tuple[str, ...] = ()
 
 
 def _quick_picks(prefix: str, tests: list, picks) -> tuple[list[QuickPick], list[str]]:
@@ -320,10 +323,16 @@ def _load_map(path: Path) -> tuple[list[Coverage], list[str]]:
             continue
         problems += [f"[[cover]] {prefix}: {t!r} is not test/....py or test/....py::Class"
                      for t in tests if not isinstance(t, str) or not _TEST_ID.match(t)]
+        checkout_only = entry.get("checkout_only", [])
+        if not isinstance(checkout_only, list) or not all(isinstance(t, str) and _TEST_ID.match(t)
+                                                          for t in checkout_only):
+            problems.append(f"[[cover]] {prefix}: checkout_only must be a list of test/....py or test/....py::Class")
+            checkout_only = []
         quick, quick_problems = _quick_picks(prefix, tests, entry.get("quick"))
         problems += quick_problems
-        problems += [f"[[cover]] {prefix}: unknown key {k}" for k in sorted(set(entry) - {"path", "tests", "quick"})]
-        entries.append(Coverage(prefix, tuple(tests), tuple(quick)))
+        problems += [f"[[cover]] {prefix}: unknown key {k}"
+                     for k in sorted(set(entry) - {"path", "tests", "quick", "checkout_only"})]
+        entries.append(Coverage(prefix, tuple(tests), tuple(quick), tuple(checkout_only)))
     sweeps = data.get("sweeps", [])
     if not isinstance(sweeps, list) or not all(isinstance(s, str) and _TEST_ID.match(s) for s in sweeps):
         problems.append("sweeps must be a list of test/....py::Class")
