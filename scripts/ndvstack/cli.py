@@ -113,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--junit-dir", type=Path, help="write the reports here: stock/ and stack/, one JUnit XML and "
                                                   "log per run, and summary.json (with --pytorch: stock.xml and "
                                                   "stack.xml; with --each-prefix: prefix-NN/; default: a new folder "
-                                                  "under $TMPDIR, kept)")
+                                                  "under $TMPDIR, kept, but with --each-prefix none)")
     p.add_argument("--cpp-from", type=Path, metavar="PATH", help=CPP_FROM_HELP)
     p.add_argument("--each-prefix", action="store_true",
                    help="instead: for each k, the first k patches overlaid and patch k's own tests run on the "
