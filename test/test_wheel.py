@@ -12,9 +12,11 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+from fake_release import assert_shim_overlay, fake_release_wheel, pinned_to
 from fake_stack import CHECK_SCRIPT, quiet, stack_data
 from ndvstack import wheel
 from ndvstack.errors import BadInput
@@ -231,3 +233,76 @@ def test_the_wheel_is_reproducible(built, tmp_path):
     stack, src, tmp, path = built
     again = wheel.main(stack, tmp_path / "dist", overlay_src=src, cache=tmp / "cache", progress=quiet)
     assert again.read_bytes() == path.read_bytes()
+
+
+# With a fake release wheel (fake_release.py: a few of torch's files under the release wheel's
+# name) and the assert shim: a build takes seconds, so every Ctrl-C window and two clones can be tried.
+@pytest.fixture(scope="module")
+def small(double):
+    """The test-double stack pinned to a fake release wheel, built once into the dist/ of a git
+    repository laid out as the project's (its .gitignore); another stack (patch 1's message
+    changed) and the dist/ its build makes from that one."""
+    stack, _, _, tmp = double
+    folder = tmp / "small"
+    folder.mkdir()
+    release = fake_release_wheel(stack, folder)
+    old = pinned_to(stack, release, folder / "patches")
+    new = pinned_to(stack, release, folder / "patches-changed")
+    first = new.dir / new.series()[0]
+    first.write_text(first.read_text().replace("so tests see it.", "so tests see it (changed)."))
+    src = assert_shim_overlay(folder / "overlay", old.series()[1])
+    repo = folder / "repo"
+    repo.mkdir()
+    shutil.copy(ROOT / ".gitignore", repo)
+    subprocess.run(["git", "init", "--quiet", str(repo)], check=True)
+    subprocess.run(["git", "-C", str(repo), "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@example.com",
+                    "commit", "--quiet", "-m", "a clone"], check=True)
+    wheel.main(old, repo / "dist", release, src, cache=folder / "cache", progress=quiet)
+    expected = folder / "dist-new"
+    wheel.main(new, expected, release, src, cache=folder / "cache", progress=quiet)
+    return SimpleNamespace(release=release, old=old, new=new, src=src, repo=repo, cache=folder / "cache",
+                           new_state=dist_state(expected))
+
+
+def git_status(repo: Path) -> str:
+    return subprocess.run(["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True,
+                          check=True).stdout
+
+
+# Before publishing (the first two are progress lines: the signal comes while that step runs), while
+# (the new dist/ assembled beside the old one), after (just swapped in, the old one not yet removed).
+@pytest.mark.parametrize("stage", ["wheel: unpacking", "wheel: packing", "publish: assembled", "publish: swapped"])
+def test_ctrl_c_at_any_stage_exits_130_with_one_line_and_leaves_no_trace(small, tmp_path, stage):
+    repo = tmp_path / "repo"
+    shutil.copytree(small.repo, repo)
+    before, status = dist_state(repo / "dist"), git_status(repo)
+    assert status == "" and before != small.new_state
+    command = [str(ROOT / "scripts" / "stack.sh"), "--patches", str(small.new.dir), "--overlay-src",
+               str(small.src), "wheel", "--dist", "dist", "--release-wheel", str(small.release)]
+    env = {**os.environ, "NDV_CACHE": str(small.cache), "NDV_TEST_PAUSE_AT": stage}
+    # In a session of its own, and the signal to the whole group: as Ctrl-C in a terminal does.
+    process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, cwd=repo,
+                               start_new_session=True)
+    for line in process.stderr:
+        if line.startswith(stage):
+            os.killpg(process.pid, signal.SIGINT)
+            break
+    rest = process.stderr.read().splitlines()
+    assert process.wait() == 130
+    swapped = stage == "publish: swapped"
+    assert rest == ["interrupted: dist/ already holds the new wheel (complete: it was swapped in just before)"
+                    if swapped else "interrupted: dist/ unchanged"]
+    assert git_status(repo) == status and not list(repo.glob(".ndv-*"))
+    assert dist_state(repo / "dist") == (small.new_state if swapped else before)
+
+
+def test_ctrl_c_during_run_lets_the_command_stop_then_exits_130():
+    command = [str(ROOT / "scripts" / "stack.sh"), "run", "--stock", "--", "sh", "-c", "echo started; sleep 5"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    assert process.stdout.readline() == "started\n"
+    os.killpg(process.pid, signal.SIGINT)
+    assert process.wait() == 130
+    assert process.stderr.read() == "interrupted\n"
+

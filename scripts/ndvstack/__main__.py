@@ -1,5 +1,10 @@
 import sys
 
-from ndvstack.cli import main
+try:
+    from ndvstack.cli import main
 
-sys.exit(main())
+    status = main()
+except KeyboardInterrupt:  # before main() handles it (while importing): one line, no traceback
+    print("interrupted", file=sys.stderr)
+    status = 130
+sys.exit(status)

@@ -3,12 +3,15 @@ an interrupted build (SIGKILL included) leaves what was there as it was."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import shutil
 import signal
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 
@@ -21,6 +24,50 @@ def build_dir(parent: Path, prefix: str) -> Path:
         if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
             shutil.rmtree(old, ignore_errors=True)
     return Path(tempfile.mkdtemp(prefix=f".{prefix}-{os.getpid()}-", dir=parent))
+
+
+@contextlib.contextmanager
+def sigint_deferred():
+    """Ctrl-C (SIGINT) waits until the block is done, then raises KeyboardInterrupt as usual:
+    for cleanup that a second Ctrl-C must not cut short. Only the main thread gets signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    old = signal.signal(signal.SIGINT, lambda *_: caught.append(True))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+        if caught and callable(old):
+            old(signal.SIGINT, None)
+
+
+def remove(folder: Path) -> None:
+    """Removes FOLDER (a build_dir), wholly even if Ctrl-C comes meanwhile."""
+    with sigint_deferred():
+        shutil.rmtree(folder, ignore_errors=True)
+        if folder.exists():  # a killed child process was still writing into it: once more
+            time.sleep(0.5)
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+class Watch:
+    """Whether FOLDER was replaced (exchanged or renamed into place) since the watch began:
+    what an interrupted command left there."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.before = self._inode()
+
+    def _inode(self) -> int | None:
+        try:
+            return os.stat(self.folder).st_ino
+        except OSError:
+            return None
+
+    def replaced(self) -> bool:
+        return self._inode() != self.before
 
 
 def exchange(a: Path, b: Path) -> None:

@@ -37,7 +37,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from ndvstack import apply, buildlog, buildvenv, lint
-from ndvstack.atomic import build_dir
+from ndvstack.atomic import build_dir, remove
 from ndvstack.buildvenv import BuildVenv
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.git import Git
@@ -677,7 +677,7 @@ def _publish_wheel(stack: Stack, plan: BuildPlan, built: Path, head: str, second
         shutil.copyfile(built, staged)
         publish(staged, data, plan.dist, tmp)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove(tmp)
     progress(f"build: {plan.dist / built.name} ({seconds:.0f}s)")
     return plan.dist / built.name
 

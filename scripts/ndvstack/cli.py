@@ -11,6 +11,7 @@ from pathlib import Path
 from ndvstack import (apply, basetree, build, checkout, each_prefix, export, lint, overlay, run, status, submit,
                       upstream_tests, verify_cpp, wheel)
 from ndvstack.repo import DEFAULT_BRANCH
+from ndvstack.atomic import Watch
 from ndvstack.errors import BadInput, StackError
 from ndvstack.git import GitError
 from ndvstack.layers import DEFAULT_OVERLAY_SRC
@@ -215,11 +216,29 @@ def _build_from_source(stack: Stack, args) -> None:
     build.main(stack, options, sys.stdout, dry_run=args.dry_run)
 
 
+# The folder each verb replaces in one atomic step, and what it then holds: what Ctrl-C left.
+_OUTPUTS = {"wheel": ("dist", "the new wheel"), "export": ("patches", "the exported stack"),
+            "base-tree": ("out", "the new tree")}
+
+
+def _interrupted(watch: Watch | None, what: str) -> str:
+    """The one line a command ends with on Ctrl-C: what it left."""
+    if watch is None:
+        return "interrupted"
+    folder = watch.folder.absolute()
+    shown = f"{os.path.relpath(folder)}/" if folder.is_relative_to(Path.cwd()) else f"{folder}/"
+    if watch.replaced():
+        return f"interrupted: {shown} already holds {what} (complete: it was swapped in just before)"
+    return f"interrupted: {shown} unchanged"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(name)s: %(message)s")
     stack = Stack(args.patches)
+    output, what = _OUTPUTS.get(args.verb, (None, ""))
+    watch = Watch(getattr(args, output)) if output else None
     try:
         if args.verb == "status":
             status.main(stack, sys.stdout)
@@ -274,4 +293,7 @@ def main(argv: list[str] | None = None) -> int:
     except GitError as e:  # a git call we did not expect to fail: the work failed
         print(f"error: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:  # Ctrl-C: one line, no traceback; temporary folders are gone by now
+        print(_interrupted(watch, what), file=sys.stderr)
+        return 130
     return 0

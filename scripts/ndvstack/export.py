@@ -15,7 +15,7 @@ import tempfile
 from pathlib import Path
 
 from ndvstack import lint
-from ndvstack.atomic import exchange
+from ndvstack.atomic import exchange, remove
 from ndvstack.repo import DEFAULT_BRANCH, open_checkout, require_base
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.git import Git
@@ -102,7 +102,7 @@ def write_stack(stack: Stack, git: Git, base_sha: str, head: str, what: str) -> 
                              + "; ".join(p.replace(str(tmp), str(stack.dir)) for p in problems))
         _swap_in(tmp, stack.dir)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove(tmp)
     return names
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from ndvstack import overlay
+from ndvstack.atomic import sigint_deferred
 from ndvstack.errors import BadInput
 from ndvstack.stack import Stack
 
@@ -47,6 +48,9 @@ def main(stack: Stack, command: list[str], stock: bool = False, **overlay_option
         raise BadInput("run: --cpp-from lays the C++ patch text over torch; --stock runs without the stack")
     env = environment(stack, stock, **overlay_options)
     try:
-        return subprocess.run(command, env=env).returncode
+        # Ctrl-C reaches COMMAND too: it decides how to stop, and we say "interrupted" after it.
+        with sigint_deferred():
+            status = subprocess.run(command, env=env).returncode
     except FileNotFoundError:
         raise BadInput(f"run: {command[0]}: command not found") from None
+    return status if status >= 0 else 128 - status  # killed by a signal: as a shell says it

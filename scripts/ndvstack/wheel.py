@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from ndvstack import lint, shims
-from ndvstack.atomic import build_dir, exchange, pause_point
+from ndvstack.atomic import build_dir, exchange, pause_point, remove
 from ndvstack.basetree import require_base_torch
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.layers import DEFAULT_OVERLAY_SRC, lay_into, make_plan, manifest, patched_files, sha256
@@ -116,6 +116,6 @@ def main(stack: Stack, dist: Path = DEFAULT_DIST, given_wheel: Path | None = Non
         progress(f"wheel: publishing into {dist} ...")
         publish(built, data, dist, tmp)
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        remove(tmp)
     progress(f"wheel: {dist / built.name} ({time.monotonic() - start:.0f}s)")
     return dist / built.name
