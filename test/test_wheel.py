@@ -306,3 +306,27 @@ def test_ctrl_c_during_run_lets_the_command_stop_then_exits_130():
     assert process.wait() == 130
     assert process.stderr.read() == "interrupted\n"
 
+
+def test_two_clones_in_different_paths_build_byte_identical_wheels(small, tmp_path):
+    """Everything a build reads from its clone (the tool, patches/, overlay/, the shim cache) is at
+    another path; the wheel and its manifest are the same bytes and name neither clone."""
+    built = []
+    for clone in (tmp_path / "a", tmp_path / "b" / "elsewhere" / "clone"):
+        shutil.copytree(ROOT / "scripts", clone / "scripts", ignore=shutil.ignore_patterns("__pycache__",
+                                                                                           "node_modules"))
+        for name in ("pyproject.toml", "constraints.txt"):
+            shutil.copy(ROOT / name, clone)
+        shutil.copytree(small.old.dir, clone / "patches")
+        assert_shim_overlay(clone / "overlay", small.old.series()[1])
+        env = {**os.environ, "PYTHONPATH": str(clone / "scripts"), "NDV_VENV": sys.prefix,
+               "NDV_CACHE": str(clone / "cache")}
+        result = subprocess.run([str(clone / "scripts" / "build.sh"), "--release-wheel", str(small.release)],
+                                cwd=clone, env=env, capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        [path] = (clone / "dist").glob("*.whl")
+        with zipfile.ZipFile(path) as whl:
+            for member in whl.namelist():
+                assert str(tmp_path).encode() not in whl.read(member), member
+                assert sys.prefix.encode() not in whl.read(member), member
+        built.append(dist_state(clone / "dist"))
+    assert built[0] == built[1] and len(built[0]) == 2

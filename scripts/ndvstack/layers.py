@@ -129,6 +129,16 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def portable_build(toolchain) -> dict:
+    """How the shims were compiled, with the torch install's folder (a venv's, so a clone's)
+    written as <torch>: the same wheel from any clone."""
+    torch_dir = str(Path(toolchain.torch_lib).parent)
+    described = toolchain.describe()
+    for key in ("cflags", "ldflags"):
+        described[key] = [flag.replace(torch_dir, "<torch>") for flag in described[key]]
+    return described
+
+
 def manifest(plan: Plan, base, built_from: str, label: str, toolchain, origin: dict) -> dict:
     return {
         "built_from": built_from,
@@ -140,7 +150,7 @@ def manifest(plan: Plan, base, built_from: str, label: str, toolchain, origin: d
         "shims": [{"name": s.name, "patch": s.patch, "library": f"{s.name}.so", "source": s.source.name,
                    "source_sha256": sha256(s.source), "symbols": list(s.symbols), "bound_in": s.bound_in}
                   for s in plan.shims],
-        "shim_build": toolchain.describe() if toolchain else None,
+        "shim_build": portable_build(toolchain) if toolchain else None,
         "origin": origin,
     }
 

@@ -86,8 +86,10 @@ class Toolchain:
         [torch_lib] = cpp_extension.library_paths()[:1]
         # The std::string ABI the wheel was built with (cpp_extension passes the same define).
         abi = f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"
+        # torch's headers' __FILE__ (in their checks' messages) as torch/include/..., not the venv's path.
+        relative = f"-ffile-prefix-map={Path(torch.__file__).parent}=torch"
         return cls(cxx, version.splitlines()[0] if version else "unknown",
-                   ("-O2", "-std=c++20", "-fPIC", abi, "-shared", *includes),
+                   ("-O2", "-std=c++20", "-fPIC", abi, relative, "-shared", *includes),
                    (f"-L{torch_lib}", "-Wl,-rpath,$ORIGIN/../lib", "-Wl,--no-as-needed",
                     "-lc10", "-ltorch_cpu", "-ldl"),
                    torch_lib)
@@ -125,7 +127,9 @@ def build(shim: Shim, toolchain: Toolchain, cache: Path, progress) -> Path:
     tmp = build_dir(cached.parent.parent, "shim")
     try:
         output = tmp / f"{shim.name}.so"
-        command = [toolchain.compiler, *toolchain.cflags, str(shim.source), "-o", str(output),
+        # The shim's own __FILE__ as native/<file>, whichever clone it is compiled in.
+        relative = f"-ffile-prefix-map={shim.source.parent}={shim.source.parent.name}"
+        command = [toolchain.compiler, *toolchain.cflags, relative, str(shim.source), "-o", str(output),
                    *toolchain.ldflags]
         progress(f"compiling shim {shim.name} ({shim.source.name}) ...")
         result = subprocess.run(command, capture_output=True, text=True)
