@@ -18,7 +18,7 @@ import pytest
 
 from fake_release import assert_shim_overlay, fake_release_wheel, pinned_to
 from fake_stack import CHECK_SCRIPT, quiet, stack_data
-from ndvstack import wheel
+from ndvstack import progress, wheel
 from ndvstack.errors import BadInput
 from ndvstack.stack import DEFAULT_PATCHES, Stack
 
@@ -330,3 +330,15 @@ def test_two_clones_in_different_paths_build_byte_identical_wheels(small, tmp_pa
                 assert sys.prefix.encode() not in whl.read(member), member
         built.append(dist_state(clone / "dist"))
     assert built[0] == built[1] and len(built[0]) == 2
+
+
+def test_every_long_step_of_the_build_says_how_it_goes(small, tmp_path, monkeypatch):
+    """The heartbeat (progress.heartbeat, every 10 s; here every 10 ms) covers each step that can
+    take long with the real release wheel: fetching and checking it, the shims, unpack, pack, publish."""
+    monkeypatch.setattr(progress, "EVERY", 0.01)
+    lines = []
+    wheel.main(small.old, tmp_path / "dist", small.release, small.src, cache=tmp_path / "cache",
+               progress=lines.append)
+    steps = {line.split(" ...")[0] for line in lines if line.startswith("wheel: still ")}
+    assert {"wheel: still compiling the shims", "wheel: still unpacking", "wheel: still packing"} <= steps
+    assert any(re.search(r"^wheel: still packing \.\.\. \d+ s, \d+ of about 0 MB written$", line) for line in lines)

@@ -24,6 +24,7 @@ from ndvstack.basetree import require_base_torch
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.layers import DEFAULT_OVERLAY_SRC, lay_into, make_plan, manifest, patched_files, sha256
 from ndvstack.overlay import default_cache, stack_label
+from ndvstack.progress import heartbeat, written
 from ndvstack.stack import REPO_ROOT, Base, Stack
 
 DEFAULT_DIST = REPO_ROOT / "dist"
@@ -76,10 +77,11 @@ def publish(built: Path, data: dict, dist: Path, tmp: Path) -> None:
     pause_point("publish: swapped")
 
 
-def _run_wheel(*args: str) -> None:
+def _run_wheel(progress, what: str, *args: str, status=lambda: "") -> None:
     # A fixed zip timestamp (unless the caller chose one): the same stack gives the same bytes.
     env = {"SOURCE_DATE_EPOCH": "315532800", **os.environ}
-    result = subprocess.run([sys.executable, "-m", "wheel", *args], capture_output=True, text=True, env=env)
+    with heartbeat(progress, what, status):
+        result = subprocess.run([sys.executable, "-m", "wheel", *args], capture_output=True, text=True, env=env)
     if result.returncode != 0:
         raise WorkFailed(f"wheel {args[0]} failed: {(result.stderr or result.stdout).strip()[-300:]}")
 
@@ -93,17 +95,19 @@ def main(stack: Stack, dist: Path = DEFAULT_DIST, given_wheel: Path | None = Non
     lint.check(stack)
     base = stack.base
     require_base_torch(base)  # the shims are compiled against it
-    source = release_wheel(base, cache, given_wheel, progress)
+    with heartbeat(progress, "wheel: still getting the release wheel"):
+        source = release_wheel(base, cache, given_wheel, progress)
     plan = make_plan(stack.patches(), shims.load_shims(overlay_src), allow_unshimmed)
-    toolchain = shims.Toolchain.detect() if plan.shims else None
-    libraries = {shim.name: shims.build(shim, toolchain, cache, progress) for shim in plan.shims}
+    with heartbeat(progress, "wheel: still compiling the shims"):
+        toolchain = shims.Toolchain.detect() if plan.shims else None
+        libraries = {shim.name: shims.build(shim, toolchain, cache, progress) for shim in plan.shims}
     label = stack_label(stack, base.wheel_version)
     version = f"{base.wheel_version.split('+')[0]}+{label}"
 
     tmp = build_dir(dist.parent, "ndv-wheel")
     try:
         progress(f"wheel: unpacking {source.name} ...")
-        _run_wheel("unpack", "--dest", str(tmp / "unpacked"), str(source))
+        _run_wheel(progress, "wheel: still unpacking", "unpack", "--dest", str(tmp / "unpacked"), str(source))
         [root] = (tmp / "unpacked").iterdir()
         patched = patched_files(plan, root)
         data = manifest(plan, base, "overlay", label, toolchain,
@@ -111,11 +115,14 @@ def main(stack: Stack, dist: Path = DEFAULT_DIST, given_wheel: Path | None = Non
         lay_into(root, patched, libraries, overlay_src / "loader", data, version=version)
         progress(f"wheel: packing {version} ...")
         (tmp / "out").mkdir()
-        _run_wheel("pack", "--local-version", label, "--dest-dir", str(tmp / "out"), str(root))
+        _run_wheel(progress, "wheel: still packing", "pack", "--local-version", label, "--dest-dir",
+                   str(tmp / "out"), str(root), status=lambda: written(tmp / "out", source.stat().st_size))
         [built] = (tmp / "out").iterdir()
         progress(f"wheel: publishing into {dist} ...")
-        publish(built, data, dist, tmp)
-    finally:
-        remove(tmp)
+        with heartbeat(progress, "wheel: still publishing"):
+            publish(built, data, dist, tmp)
+    finally:  # the unpacked release wheel, GBs of files: on a busy disk this can take a while
+        with heartbeat(progress, "wheel: still removing the temporary files"):
+            remove(tmp)
     progress(f"wheel: {dist / built.name} ({time.monotonic() - start:.0f}s)")
     return dist / built.name
