@@ -2,4 +2,4 @@
 # The main job: the patched torch wheel in dist/ (see `build.sh --help`): from the release
 # wheel (default), or with --from-source from a pytorch checkout by upstream's own build.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
-exec "$python" -m ndvstack wheel "$@"
+NDV_ENTRY=build.sh exec "$python" -m ndvstack wheel "$@"

@@ -1,11 +1,40 @@
 #!/usr/bin/env bash
-# The project's own tests (the README's test command): pytest over test/, in parallel.
-# Everything the run writes to temporary folders (pytest's, the fresh venvs of the wheel tests,
-# inductor's precompiled headers, which ignore TORCHINDUCTOR_CACHE_DIR) goes into one folder of
-# its own, removed when the run ends: a machine that runs it again and again keeps nothing.
+# The project's own tests (the README's test command): pytest over test/, in parallel (see
+# `selftest.sh --help`). Everything the run writes to temporary folders (pytest's, the fresh
+# venvs of the wheel tests, inductor's precompiled headers, which ignore TORCHINDUCTOR_CACHE_DIR)
+# goes into one folder of its own, removed when the run ends: a machine that runs it again and
+# again keeps nothing.
 ndv_with_actionlint=1  # test_workflows.py runs it
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
 cd "$root"
+# --quick: the unit tests that use test doubles only (fake pytorch trees, stacks and build tools,
+# ghstack's fake GitHub): no wheel build, no fresh venv, no compile against torch.
+quick=(test/test_apply.py test/test_basetree.py test/test_build.py test/test_cli.py test/test_export.py
+       test/test_lint.py test/test_progress.py test/test_status.py test/test_submit.py test/test_workflows.py
+       --deselect test/test_cli.py::test_first_use_creates_the_venv_with_the_pins_and_reuses_it)
+case "${1:-}" in
+  -h | --help)
+    cat <<EOF
+usage: selftest.sh [-h] [--quick] [PYTEST_ARGS ...]
+
+The project's own tests (test/), with pytest in parallel: the whole run is what
+CI runs (.ci/run); it needs 8 GiB free in \$TMPDIR. Everything a run writes goes
+into one temporary folder of its own, removed at the end.
+
+options:
+  -h, --help   show this help message and exit
+  --quick      only the fast subset, for iterating: the unit tests that use test
+               doubles (no wheel build, no fresh venv, no compile against torch),
+               $(( ${#quick[@]} - 2 )) files, about 3 minutes on two cores; not instead of the whole run
+  PYTEST_ARGS  given to pytest as they are (then free disk is not checked), e.g.
+               test/test_wheel.py -k ctrl_c, -x, --lf
+
+environment:
+  NDV_TEST_JOBS  pytest-xdist workers (default: auto, one per core)
+EOF
+    exit 0 ;;
+  --quick) shift; set -- "${quick[@]}" "$@" ;;
+esac
 # The whole suite needs about 6.4 GiB at its peak (measured 2026-12-02); refuse at once on a
 # fuller disk rather than fail later with "No space left on device" in whichever test was unlucky.
 need_gib=8

@@ -3,4 +3,4 @@
 # upstream's test files (--upstream-tests DIR or $NDV_UPSTREAM_TESTS) with the series' test hunks
 # applied to a copy (see `test.sh --help`); with --pytorch DIR from that checkout.
 source "$(dirname "${BASH_SOURCE[0]}")/_venv.sh"
-exec "$python" -m ndvstack test "$@"
+NDV_ENTRY=test.sh exec "$python" -m ndvstack test "$@"

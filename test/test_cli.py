@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -32,25 +33,78 @@ def test_the_help_tests_cover_every_verb_entry_point_and_benchmark():
     assert BENCHMARKS == ["apply_export", "compiled_views", "function_apply", "overlay"]
 
 
+def undescribed(help_text: str) -> list[str]:
+    """The options (those its usage names) that a --help text lists with no description, or
+    with only its default."""
+    usage, _, body = help_text.partition("\n\n")
+    options = set(re.findall(r"(?<![\w-])(-{1,2}[a-zA-Z][\w-]*)", usage))
+    lines = body.splitlines()
+    missing = []
+    for number, line in enumerate(lines):
+        first = line.split()[0].rstrip(",") if line.strip() else ""
+        if not line.startswith("  -") or first not in options:
+            continue
+        same_line = re.search(r"\S {2,}(\S.*)", line.strip())
+        below = lines[number + 1] if number + 1 < len(lines) else ""
+        text = same_line[1] if same_line else (below.strip() if below.startswith("    ") else "")
+        if not text or re.fullmatch(r"\(default: [^)]*\)", text):
+            missing.append(first)
+    return missing
+
+
+def test_the_help_check_sees_an_option_without_a_description():
+    assert undescribed("usage: x.sh [-h] [--dist DIR] [--n N]\n\noptions:\n  -h, --help  show this\n"
+                       "  --dist DIR  (default: dist)\n  --n N\n") == ["--dist", "--n"]
+
+
 @pytest.mark.parametrize("verb", [None, *VERBS])
 def test_every_verb_has_help(verb):
     result = run(*([verb] if verb else []), "--help")
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"usage: stack.sh {verb or ''}".rstrip())
+    assert undescribed(result.stdout) == []
 
 
 @pytest.mark.parametrize("script", ENTRY_POINTS)
-def test_every_entry_point_has_help(script):
+def test_every_entry_point_names_itself_and_describes_every_option(script):
     result = subprocess.run([str(ROOT / "scripts" / script), "--help"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("usage: "), result.stdout[:200]
+    assert result.stdout.startswith(f"usage: {script} "), result.stdout[:200]
+    assert undescribed(result.stdout) == []
+
+
+@pytest.mark.parametrize("script", ["build.sh", "test.sh", "submit.sh", "checkout.sh", "scoreboard.sh"])
+def test_an_entry_points_usage_errors_name_it(script):
+    result = subprocess.run([str(ROOT / "scripts" / script), "--no-such-option"], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.splitlines()[-1].startswith(f"{script}: error: ")  # or a required one missing
+
+
+def test_the_test_commands_help_is_its_own_and_names_the_quick_subset():
+    result = subprocess.run([str(ROOT / "scripts" / "selftest.sh"), "--help"], capture_output=True, text=True)
+    assert "--quick" in result.stdout and len(result.stdout.splitlines()) < 30  # not pytest's 459 lines
+
+
+def test_the_quick_subset_is_there_and_leaves_out_the_fresh_venv():
+    result = subprocess.run([str(ROOT / "scripts" / "selftest.sh"), "--quick", "--collect-only", "-q"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr
+    assert "test_first_use_creates_the_venv" not in result.stdout
+    assert not [line for line in result.stdout.splitlines() if "test_wheel.py" in line or "semantics" in line]
+
+
+def test_bench_help_lists_every_benchmark_with_a_line():
+    result = subprocess.run([str(ROOT / "scripts" / "bench.sh"), "--help"], capture_output=True, text=True)
+    listed = dict(re.findall(r"^  (\w+) +(\S.*)$", result.stdout, re.M))
+    assert set(BENCHMARKS) <= set(listed), result.stdout
 
 
 @pytest.mark.parametrize("bench", BENCHMARKS)
 def test_every_benchmark_has_help(bench):
     result = subprocess.run([str(ROOT / "scripts" / "bench.sh"), bench, "--help"], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith(f"usage: {bench}.py ")
+    assert result.stdout.startswith(f"usage: bench.sh {bench} ")
+    assert undescribed(result.stdout) == []
 
 
 def test_bad_usage_exits_2():

@@ -35,8 +35,8 @@ def one_run(tmp: Path) -> tuple[float, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=10)
+    parser = argparse.ArgumentParser(prog=f"bench.sh {Path(__file__).stem}", description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=10, help="runs of each step (default: %(default)s)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="ndv-bench-") as home:
         os.environ.update(environment_for_git(Path(home)))

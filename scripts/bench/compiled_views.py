@@ -227,11 +227,14 @@ def parent(args) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--warmup", type=int, default=50)
-    parser.add_argument("--samples", type=int, default=15)
-    parser.add_argument("--calls", type=int, default=50)
+    parser = argparse.ArgumentParser(prog=f"bench.sh {Path(__file__).stem}", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=4,
+                        help="stock/stack worker pairs, alternating (default: %(default)s)")
+    parser.add_argument("--warmup", type=int, default=50,
+                        help="untimed calls of each function before timing it (default: %(default)s)")
+    parser.add_argument("--samples", type=int, default=15,
+                        help="timed batches per function per worker (default: %(default)s)")
+    parser.add_argument("--calls", type=int, default=50, help="calls per timed batch (default: %(default)s)")
     parser.add_argument("--same-code", action="store_true",
                         help="instead of timing: compare the runtime code generated for each graph")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -280,7 +280,7 @@ def _positive(text: str) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(
-        description=__doc__.split("\n\n")[0].replace("\n", " "),
+        prog=f"bench.sh {Path(__file__).stem}", description=__doc__.split("\n\n")[0].replace("\n", " "),
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=_positive, default=6,
                         help="stock/patched worker pairs, alternating order (default: 6)")

@@ -36,7 +36,7 @@ def timed(fn):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"bench.sh {Path(__file__).stem}", description=__doc__.splitlines()[0])
     parser.add_argument("--real-stack", action="store_true", help="patches/ and overlay/ instead of the test double")
     parser.add_argument("--imports", type=int, default=15, help="import torch runs per side")
     args = parser.parse_args()

@@ -81,7 +81,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--allow-unshimmed", action="store_true",
                    help="overlay a C++ patch that has no shim (its C++ is then NOT in effect)")
     p.add_argument("--cpp-from", type=Path, metavar="PATH", help=CPP_FROM_HELP)
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="the command, after --")
 
     p = verbs.add_parser("test", help="the stack's own tests, and the upstream tests that cover it, stock vs patched",
                          description="The stack's own tests are the test functions its patches add or change "
@@ -171,7 +171,8 @@ def _parser() -> argparse.ArgumentParser:
                                      "wheel with the stack laid in (patched Python files, compiled "
                                      "shims and their loader), and beside it <wheel>.json. dist/ "
                                      "changes in one atomic step or not at all.")
-    p.add_argument("--dist", type=Path, default=wheel.DEFAULT_DIST, help="(default: %(default)s)")
+    p.add_argument("--dist", type=Path, default=wheel.DEFAULT_DIST, metavar="DIR",
+                   help="the folder for the wheel and its <wheel>.json (default: dist/ in this repository)")
     p.add_argument("--release-wheel", type=Path, metavar="WHL",
                    help="the base's release wheel (default: fetched with pip, checked by sha256)")
     p.add_argument("--allow-unshimmed", action="store_true",
@@ -232,8 +233,26 @@ def _interrupted(watch: Watch | None, what: str) -> str:
     return f"interrupted: {shown} unchanged"
 
 
+def _verbs(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    """The arguments. build.sh, test.sh, submit.sh and checkout.sh run one verb (`ndvstack wheel
+    ...`) with NDV_ENTRY set to their name: that verb's usage, help and errors name the script."""
+    parser = _parser()
+    argv = sys.argv[1:] if argv is None else argv
+    entry = os.environ.pop("NDV_ENTRY", None)  # popped: not for the commands we run
+    if entry and argv[:1] and argv[0] in _verbs(parser):
+        _verbs(parser)[argv[0]].prog = entry
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the verb's parser: its usage, not stack.sh's
+        _verbs(parser)[args.verb].error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parse(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
                         format="%(name)s: %(message)s")
     stack = Stack(args.patches)

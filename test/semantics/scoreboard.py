@@ -157,12 +157,32 @@ def owner_for(case, mode, results):
     raise ValueError(mode)
 
 
+def ab_main(prog, argv=None):
+    """scripts/scoreboard.sh: the A/B run, its options only."""
+    p = argparse.ArgumentParser(
+        prog=prog, description="The semantics scoreboard: the whole catalogue of cases (test/semantics/cases.py) "
+        "in every mode, on stock torch and with the stack overlaid, side by side; prints each pair (case, mode) "
+        "that differs from eager on either side, then how many the stack fixes and breaks.")
+    p.add_argument("--json", metavar="OUT", help="also write both sides' results to OUT")
+    p.add_argument("--write-known", metavar="DIR",
+                   help="write DIR/known_failures_stock.txt and DIR/known_failures_stack.txt from this run "
+                        "(e.g. test/semantics, the lists test_scoreboard.py checks)")
+    a = p.parse_args(argv)
+    return ab(a.json, a.write_known)
+
+
 def main(argv=None):
+    entry = os.environ.pop("NDV_ENTRY", None)  # scoreboard.sh; popped: not for the sides we run
+    if entry:
+        return ab_main(entry, argv)
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--cases", default="*")
-    p.add_argument("--modes", nargs="*", default=MODES)
-    p.add_argument("--json")
-    p.add_argument("--write-known")
+    p.add_argument("--cases", default="*", metavar="PATTERN",
+                   help="only the cases whose name matches (fnmatch, e.g. 'nograd_*'; default: all)")
+    p.add_argument("--modes", nargs="*", default=MODES, metavar="MODE", help="only these modes (default: all)")
+    p.add_argument("--json", metavar="OUT", help="also write the results to OUT")
+    p.add_argument("--write-known", metavar="FILE",
+                   help="write every differing pair to FILE, in known_failures_stock.txt's format "
+                        "(with --ab: a folder, both lists)")
     p.add_argument("--all", action="store_true", help="also print agreeing pairs")
     p.add_argument("--shard", help="K/N: only the cases whose index is K modulo N")
     p.add_argument("--ab", action="store_true", help="stock and the stack side by side")
