@@ -3,6 +3,7 @@
 import argparse
 import os
 import re
+import signal
 import subprocess
 from pathlib import Path
 
@@ -140,6 +141,16 @@ def test_round_trip_through_the_entry_point(tmp_path, fake_pytorch):
     result = run("--patches", tmp_path / "patches", "export", "--pytorch", fake_pytorch.path, "--branch", "b")
     assert result.returncode == 0, result.stderr
     assert {p.name: p.read_bytes() for p in (tmp_path / "patches").iterdir()} == before
+
+
+def test_ctrl_c_during_run_lets_the_command_stop_then_exits_130():
+    command = [str(STACK_SH), "run", "--stock", "--", "sh", "-c", "echo started; sleep 5"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    assert process.stdout.readline() == "started\n"
+    os.killpg(process.pid, signal.SIGINT)
+    assert process.wait() == 130
+    assert process.stderr.read() == "interrupted\n"
 
 
 def test_the_shipped_stack_is_lint_clean():

@@ -297,16 +297,6 @@ def test_ctrl_c_at_any_stage_exits_130_with_one_line_and_leaves_no_trace(small, 
     assert dist_state(repo / "dist") == (small.new_state if swapped else before)
 
 
-def test_ctrl_c_during_run_lets_the_command_stop_then_exits_130():
-    command = [str(ROOT / "scripts" / "stack.sh"), "run", "--stock", "--", "sh", "-c", "echo started; sleep 5"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
-    assert process.stdout.readline() == "started\n"
-    os.killpg(process.pid, signal.SIGINT)
-    assert process.wait() == 130
-    assert process.stderr.read() == "interrupted\n"
-
-
 def test_two_clones_in_different_paths_build_byte_identical_wheels(small, tmp_path):
     """Everything a build reads from its clone (the tool, patches/, overlay/, the shim cache) is at
     another path; the wheel and its manifest are the same bytes and name neither clone."""
