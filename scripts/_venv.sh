@@ -7,6 +7,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 venv="${NDV_VENV:-$root/.venv}"
+# torch and its dependencies, downloaded once per machine (see _ndv_fetch_torch); build.sh reads
+# the release wheel from here too.
+wheels="${NDV_WHEELHOUSE:-${XDG_CACHE_HOME:-$HOME/.cache}/ndvstack/wheels}"
 python="$venv/bin/python"
 
 _ndv_pins_hash() {
@@ -19,16 +22,60 @@ _ndv_sync_venv() {
   [[ -x "$python" && "$(cat "$venv/.pins" 2>/dev/null)" == "$want" ]] && return 0
   base_python=${NDV_PYTHON:-$(command -v python3.11 || true)}
   if [[ -z "$base_python" ]]; then
-    echo "error: python3.11 not found (the torch 2.13.0 wheel is cp311); install it or set NDV_PYTHON" >&2
+    echo "error: python3.11 not found (the torch 2.15.0 wheel is cp311); install it or set NDV_PYTHON" >&2
     exit 2
   fi
-  echo "ndvstack: setting up $venv with the pinned packages (first run takes about a minute)..." >&2
+  echo "ndvstack: setting up $venv with the pinned packages (torch is a CUDA build: about 3 GB of" \
+    "wheels, kept in $wheels after the first download)..." >&2
+  local start=$SECONDS log="$venv/ndv-pip.log" torch_from
   [[ -x "$python" ]] || "$base_python" -m venv "$venv"
+  : >"$log"
   # setuptools first: the editable install of our own package builds with it, offline.
-  "$python" -m pip install --quiet --disable-pip-version-check setuptools==84.2.1 >&2
-  "$python" -m pip install --quiet --disable-pip-version-check --no-build-isolation \
-    -c "$root/constraints.txt" -e "$root[test]" >&2
+  if ! { "$python" -m pip install --progress-bar off setuptools==84.2.1 &&
+         torch_from=$(_ndv_fetch_torch) &&
+         "$python" -m pip install --progress-bar off --no-index --find-links "$wheels" \
+           -c "$root/constraints.txt" "$(_ndv_torch_pin)" &&
+         "$python" -m pip install --progress-bar off --no-build-isolation \
+           -c "$root/constraints.txt" -e "$root[test]"; } >>"$log" 2>&1; then
+    tail -n 20 "$log" >&2
+    echo "error: pip could not install the pinned packages into $venv (whole log: $log)" >&2
+    exit 1
+  fi
+  echo "ndvstack: $venv set up in $((SECONDS - start)) s; $torch_from" >&2
   echo "$want" > "$venv/.pins"
+}
+
+_ndv_torch_pin() {
+  grep -o '"torch==[^"]*"' "$root/pyproject.toml" | tr -d '"'
+}
+
+_ndv_fetch_torch() {
+  # pip's own cache keeps nothing on a machine whose package index sends no caching headers (this
+  # one), so torch and its dependencies are kept in a wheelhouse of our own, $wheels, and installed
+  # from there alone (--no-index) before the rest. Prints where the torch wheel came from; pip's
+  # output goes to stderr (the log).
+  local lock name
+  mkdir -p "$wheels"
+  exec {lock}>"$wheels/.lock"
+  flock "$lock"
+  # A wheel missing from .complete may be a partial copy (an interrupted download): fetch it again.
+  for name in "$wheels"/*.whl; do
+    [[ -e "$name" ]] || break
+    grep -qxF "${name##*/}" "$wheels/.complete" 2>/dev/null || rm -f "$name"
+  done
+  if ! "$python" -m pip download --progress-bar off --dest "$wheels" --only-binary=:all: \
+      -c "$root/constraints.txt" "$(_ndv_torch_pin)" >"$wheels/.download.log" 2>&1; then
+    cat "$wheels/.download.log" >&2
+    return 1
+  fi
+  cat "$wheels/.download.log" >&2
+  (cd "$wheels" && ls -- *.whl) >"$wheels/.complete"
+  flock -u "$lock"
+  if grep -q "^ *File was already downloaded .*/torch-[0-9]" "$wheels/.download.log"; then
+    echo "the torch wheel came from the wheelhouse $wheels (no download)"
+  else
+    echo "the torch wheel was downloaded into the wheelhouse $wheels (not there before)"
+  fi
 }
 
 _ndv_sync_actionlint() {
