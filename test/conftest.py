@@ -1,3 +1,4 @@
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -8,6 +9,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from fake_pytorch import environment_for_git, fake_pytorch_tree  # noqa: E402
 from fake_stack import double_stack  # noqa: E402
+from ndvstack.wheel import wheelhouse  # noqa: E402
+
+# Every test gets a HOME of its own (git_identity): the machine's wheelhouse (torch and its
+# dependencies, 2.8 GB, see scripts/_venv.sh) is fixed here, before that, so that the venvs and
+# wheels the tests make read it instead of downloading it again.
+os.environ["NDV_WHEELHOUSE"] = str(wheelhouse())
 
 
 @pytest.fixture(autouse=True)

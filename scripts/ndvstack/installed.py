@@ -19,7 +19,10 @@ def installed_torch() -> InstalledTorch | None:
         dist = metadata.distribution("torch")
     except metadata.PackageNotFoundError:
         return None
-    version_py = dist.locate_file("torch/version.py")
-    match = re.search(r"^git_version = '([0-9a-f]+)'", version_py.read_text(), re.M)
-    return InstalledTorch(dist.version, match[1] if match else "unknown",
-                          str(dist.locate_file("torch")))
+    # torch.__version__ (version.py) has the local label the wheel's metadata may lack: a
+    # CUDA release wheel's metadata says 2.15.0, torch says 2.15.0+cu132.
+    text = dist.locate_file("torch/version.py").read_text()
+    version = re.search(r"^__version__ = '([^']+)'", text, re.M)
+    git_version = re.search(r"^git_version = '([0-9a-f]+)'", text, re.M)
+    return InstalledTorch(version[1] if version else dist.version,
+                          git_version[1] if git_version else "unknown", str(dist.locate_file("torch")))

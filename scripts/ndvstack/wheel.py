@@ -1,20 +1,24 @@
 """wheel: the patched wheel, made from the release wheel of the base without a source build.
 
-The release wheel (from pip's sources, checked against base.toml's sha256) is unpacked
-with the `wheel` package; the stack's Python hunks, the compiled shims and their loader
-are laid in (layers.py, as in the overlay); `wheel pack --local-version` repacks it under
-a local version label naming the stack and regenerates RECORD. The wheel and its
+The release wheel (from the wheelhouse, fetched there by pip when missing; checked against
+base.toml's sha256) is unpacked with the `wheel` package; the stack's Python hunks, the
+compiled shims and their loader are laid in (layers.py, as in the overlay); `wheel pack --local-version` repacks it under
+a local version label naming the release's build and the stack (2.15.0+cu132.ndv<N>.<hash>,
+torch/version.py saying the same) and regenerates RECORD. The wheel and its
 manifest `<wheel>.json` reach dist/ together: the new dist/ is assembled beside the old
 one and the two are swapped with one atomic renameat2(RENAME_EXCHANGE).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,19 +34,44 @@ from ndvstack.stack import REPO_ROOT, Base, Stack
 DEFAULT_DIST = REPO_ROOT / "dist"
 
 
-def release_wheel(base: Base, cache: Path, given: Path | None, progress) -> Path:
-    """The base's release wheel, verified against base.toml's sha256."""
-    if given is None:
-        folder = cache / "wheels"
-        given = folder / base.wheel
-        if not given.is_file():
-            progress(f"wheel: fetching {base.wheel} with pip ...")
+def wheelhouse() -> Path:
+    """Where torch's wheel and its dependencies' are kept once downloaded, for every venv and
+    build on this machine (scripts/_venv.sh fills it too: pip's own cache keeps nothing where
+    the package index sends no caching headers)."""
+    if os.environ.get("NDV_WHEELHOUSE"):
+        return Path(os.environ["NDV_WHEELHOUSE"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ndvstack" / "wheels"
+
+
+def _fetch(base: Base, folder: Path, progress) -> None:
+    """Downloads the release wheel into FOLDER (by rename: never a partial file there), and lists
+    it in FOLDER/.complete, which scripts/_venv.sh keeps, under its lock."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (folder / base.wheel).is_file():
+            return  # another build fetched it meanwhile
+        progress(f"wheel: fetching {base.wheel} with pip into {folder} ...")
+        with tempfile.TemporaryDirectory(dir=folder, prefix=".fetch-") as tmp:
             result = subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                                     "--only-binary=:all:", "--dest", str(folder),
-                                     f"torch=={base.wheel_version}"], capture_output=True, text=True)
-            if result.returncode != 0 or not given.is_file():
+                                     "--only-binary=:all:", "--dest", tmp, f"torch=={base.wheel_version}"],
+                                    capture_output=True, text=True)
+            fetched = Path(tmp, base.wheel)
+            if result.returncode != 0 or not fetched.is_file():
                 raise WorkFailed(f"pip could not fetch {base.wheel}: "
                                  f"{(result.stderr.strip().splitlines() or ['no such file'])[-1]}")
+            os.replace(fetched, folder / base.wheel)
+        listed = (folder / ".complete").read_text().split() if (folder / ".complete").is_file() else []
+        (folder / ".complete").write_text("".join(f"{n}\n" for n in sorted({*listed, base.wheel})))
+
+
+def release_wheel(base: Base, given: Path | None, progress) -> Path:
+    """The base's release wheel (GIVEN, or the wheelhouse's, fetched if it lacks it), verified
+    against base.toml's sha256."""
+    if given is None:
+        given = wheelhouse() / base.wheel
+        if not given.is_file():
+            _fetch(base, given.parent, progress)
     if not given.is_file():
         raise BadInput(f"{given}: no such release wheel")
     if given.name != base.wheel:
@@ -52,6 +81,17 @@ def release_wheel(base: Base, cache: Path, given: Path | None, progress) -> Path
         raise BadInput(f"{given}: truncated or corrupted (sha256 {actual[:16]}..., "
                        f"base.toml pins {base.wheel_sha256[:16]}...)")
     return given
+
+
+def torch_version(package_root: Path, base: Base) -> str:
+    """torch.__version__ of the unpacked release wheel (its file name may lack the local label:
+    2.15.0's says 2.15.0, its torch/version.py 2.15.0+cu132); BadInput unless it is the base's release."""
+    text = (package_root / "torch/version.py").read_text()
+    match = re.search(r"^__version__ = '([^']+)'", text, re.M)
+    if not match or match[1].split("+")[0] != base.release:
+        raise BadInput(f"{base.wheel}: its torch/version.py says {match[1] if match else 'no version'}, "
+                       f"not release {base.release}")
+    return match[1]
 
 
 def publish(built: Path, data: dict, dist: Path, tmp: Path) -> None:
@@ -96,19 +136,20 @@ def main(stack: Stack, dist: Path = DEFAULT_DIST, given_wheel: Path | None = Non
     base = stack.base
     require_base_torch(base)  # the shims are compiled against it
     with heartbeat(progress, "wheel: still getting the release wheel"):
-        source = release_wheel(base, cache, given_wheel, progress)
+        source = release_wheel(base, given_wheel, progress)
     plan = make_plan(stack.patches(), shims.load_shims(overlay_src), allow_unshimmed)
     with heartbeat(progress, "wheel: still compiling the shims"):
         toolchain = shims.Toolchain.detect() if plan.shims else None
         libraries = {shim.name: shims.build(shim, toolchain, cache, progress) for shim in plan.shims}
-    label = stack_label(stack, base.wheel_version)
-    version = f"{base.wheel_version.split('+')[0]}+{label}"
 
     tmp = build_dir(dist.parent, "ndv-wheel")
     try:
         progress(f"wheel: unpacking {source.name} ...")
         _run_wheel(progress, "wheel: still unpacking", "unpack", "--dest", str(tmp / "unpacked"), str(source))
         [root] = (tmp / "unpacked").iterdir()
+        # The release's own local label (cu132) first, then the stack's: 2.15.0+cu132.ndv<N>.<hash>.
+        label = stack_label(stack, torch_version(root, base))
+        version = f"{base.release}+{label}"
         patched = patched_files(plan, root)
         data = manifest(plan, base, "overlay", label, toolchain,
                         {"release_wheel": source.name, "release_wheel_sha256": base.wheel_sha256})
