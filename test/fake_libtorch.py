@@ -197,5 +197,5 @@ def fake_world(root: Path) -> FakeWorld:
     toolchain = Toolchain("c++", version, ("-O2", "-std=c++20", "-fPIC", "-shared", "-isystem", str(include)),
                           (f"-L{lib}", "-Wl,-rpath,$ORIGIN/../lib", "-Wl,--no-as-needed", "-ltorch_cpu", "-ldl"),
                           str(lib))
-    torch = InstalledTorch("2.13.0+cpu", source.base, str(package))
+    torch = InstalledTorch("2.15.0+cu132", source.base, str(package))
     return FakeWorld(root, Stack(root / "patches"), source, torch, toolchain)

@@ -105,8 +105,8 @@ def write_stack_data(patches: Path, base: str) -> None:
     patches.mkdir(parents=True, exist_ok=True)
     (patches / "base.toml").write_text(
         'repo = "https://github.com/pytorch/pytorch"\n'
-        f'commit = "{base}"\nrelease = "2.13.0"\n\n[wheel]\n'
-        'file = "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl"\n'
+        f'commit = "{base}"\nrelease = "2.15.0"\n\n[wheel]\n'
+        'file = "torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl"\n'
         f'sha256 = "{"0" * 64}"\n')
     (patches / "allowed-paths").write_text("".join(f"{p}\n" for p in ALLOWED))
     (patches / "author").write_text(f"{AUTHOR}\n")

@@ -107,7 +107,7 @@ def fake_pytorch_source(tmp: Path, patches: Path, era: str = "setuptools", requi
                                f"requires = {json.dumps(requires or [])}\n"
                                f'build-backend = "{backend}"\n'
                                'backend-path = ["tools/fake_backend"]\n',
-             "version.txt": "2.13.0\n", ".gitignore": "build/\n",
+             "version.txt": "2.15.0\n", ".gitignore": "build/\n",
              f"tools/fake_backend/{module}": BACKEND,
              f"tools/fake_backend/{module.split('/')[0]}/__init__.py": ""}
     if not setup_py:
@@ -123,7 +123,7 @@ def fake_pytorch_source(tmp: Path, patches: Path, era: str = "setuptools", requi
 
 
 VERSIONS = {"cmake": "cmake version 3.28.3", "ninja": "1.11.1", "ccache": "ccache version 4.9.1",
-            "sccache": "sccache 0.8.2", "nvcc": "Cuda compilation tools, release 12.8, V12.8.93",
+            "sccache": "sccache 0.8.2", "nvcc": "Cuda compilation tools, release 13.2, V13.2.78",
             "cc": "gcc (FAKE) 12.2.0", "c++": "g++ (FAKE) 12.2.0"}
 SMI_ARGS = "--query-gpu=compute_cap --format=csv,noheader"
 

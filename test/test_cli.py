@@ -170,11 +170,11 @@ def test_first_use_creates_the_venv_with_the_pins_and_reuses_it(tmp_path):
     first = subprocess.run([str(STACK_SH), "status"], capture_output=True, text=True, env=env)
     assert first.returncode == 0, first.stderr
     assert f"ndvstack: setting up {venv} with the pinned packages" in first.stderr
-    assert first.stdout.splitlines()[-1].startswith(f"installed torch: 2.13.0+cpu at cf30153c4c13 ({venv}")
+    assert first.stdout.splitlines()[-1].startswith(f"installed torch: 2.15.0+cu132 at d0f2af8b66b2 ({venv}")
     frozen = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "freeze", "--all"],
                             capture_output=True, text=True, check=True).stdout.splitlines()
     for pin in ["pytest==9.2.0", "pytest-xdist==3.8.0", "expecttest==0.3.0", "wheel==0.48.0",
-                "torch==2.13.0+cpu", "sympy==1.14.0"]:
+                "torch==2.15.0", "sympy==1.14.0"]:
         assert pin in frozen
     second = subprocess.run([str(STACK_SH), "status"], capture_output=True, text=True, env=env)
     assert second.returncode == 0 and "setting up" not in second.stderr

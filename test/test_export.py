@@ -101,7 +101,7 @@ def test_export_refuses_a_missing_branch(fake_pytorch, stack_dir):
 def test_export_refuses_a_checkout_without_the_base(tmp_path, fake_pytorch):
     patches = tmp_path / "other"
     write_stack_data(patches, "1" * 40)
-    with pytest.raises(BadInput, match=f"lacks the base commit \\(v2.13.0\\) {'1' * 40}"):
+    with pytest.raises(BadInput, match=f"lacks the base commit \\(v2.15.0\\) {'1' * 40}"):
         export.main(Stack(patches), fake_pytorch.path, branch="main", progress=quiet)
 
 

@@ -125,12 +125,12 @@ def test_a_message_without_a_diff(make_stack):
 def test_an_invalid_base_and_missing_data_files(make_stack):
     stack = make_stack(("Edit\n\nbody\n", edit_test_file))
     base = stack.dir / "base.toml"
-    base.write_text(base.read_text().replace('release = "2.13.0"', 'release = "2.13"')
+    base.write_text(base.read_text().replace('release = "2.15.0"', 'release = "2.15"')
                     .replace("commit = ", "extra = 1\ncommit = "))
     (stack.dir / "allowed-paths").unlink()
     findings = lint.findings(stack)
-    assert findings[0] == (f"{base}: unknown key extra; release '2.13' is not X.Y.Z; wheel.file "
-                           "'torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl' is not release 2.13")
+    assert findings[0] == (f"{base}: unknown key extra; release '2.15' is not X.Y.Z; wheel.file "
+                           "'torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl' is not release 2.15")
     assert findings[1] == f"{stack.dir / 'allowed-paths'}: missing (the paths the stack may touch)"
 
 

@@ -30,7 +30,7 @@ def test_the_overlay_lays_python_hunks_and_shims_and_skips_the_rest(overlaid):
     stack, _, _, folder = overlaid
     data = json.loads((folder / "torch/_ndv_overlay/manifest.json").read_text())
     names = stack.series()
-    assert data["built_from"] == "overlay" and data["label"].startswith("cpu.ndv2.")
+    assert data["built_from"] == "overlay" and data["label"].startswith("cu132.ndv2.")
     assert data["overlaid"] == {PYTHON_FILE: [names[0]]}
     assert data["skipped"] == [
         {"patch": names[1], "path": "docs/source/notes/ndv_double.rst", "hunks": 1,
@@ -125,8 +125,8 @@ def test_refuses_a_torch_that_is_not_the_base(overlaid, tmp_path):
     stack, src, _, _ = overlaid
     other = stack_data(tmp_path / "patches")
     base = other.dir / "base.toml"
-    base.write_text(base.read_text().replace("cf30153c4c131c8164ee7798e5022d810682e2cb", "2" * 40))
-    with pytest.raises(BadInput, match=rf"the installed torch 2\.13\.0\+cpu is git cf30153c4c131c8164ee7798e5022d810682e2cb, "
+    base.write_text(base.read_text().replace("d0f2af8b66b20da4baa50644c0cd3f887a2eae2e", "2" * 40))
+    with pytest.raises(BadInput, match=rf"the installed torch 2\.15\.0\+cu132 is git d0f2af8b66b20da4baa50644c0cd3f887a2eae2e, "
                                        rf"not the base {'2' * 40}"):
         overlay.ensure(other, src, cache=tmp_path / "cache", progress=quiet)
 

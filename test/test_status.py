@@ -12,8 +12,8 @@ def test_status_lists_base_patches_files_and_torch(tmp_path, fake_pytorch):
     out = io.StringIO()
     status.main(Stack(tmp_path / "patches"), out)
     lines = out.getvalue().splitlines()
-    assert lines[0] == (f"base: https://github.com/pytorch/pytorch @ {fake_pytorch.base} (v2.13.0; "
-                        "wheel torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl)")
+    assert lines[0] == (f"base: https://github.com/pytorch/pytorch @ {fake_pytorch.base} (v2.15.0; "
+                        "wheel torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl)")
     assert lines[1:8] == [
         "patches: 5",
         "  1. 0001-autograd-Detach-marked-view-outputs.patch",
@@ -25,7 +25,7 @@ def test_status_lists_base_patches_files_and_torch(tmp_path, fake_pytorch):
     ]
     assert "lint: clean" in lines
     # The fake base is not the torch this venv has installed.
-    assert lines[-1].startswith("installed torch: 2.13.0+cpu at cf30153c4c13 (") and \
+    assert lines[-1].startswith("installed torch: 2.15.0+cu132 at d0f2af8b66b2 (") and \
         lines[-1].endswith(f"NOT the base ({fake_pytorch.base[:12]})")
 
 
