@@ -15,11 +15,28 @@ from ndvstack.layers import DEFAULT_OVERLAY_SRC
 from ndvstack.stack import DEFAULT_PATCHES, Stack
 
 DOUBLES = Path(__file__).parent / "doubles"
-WRAP_OUTPUTS = ("_ZN5torch8autograd13_wrap_outputsERKSt6vectorIN2at6TensorESaIS3_EERKSt13"
-                "unordered_setIPN3c1010TensorImplESt4hashISB_ESt8equal_toISB_ESaISB_EESJ_"
-                "NS9_8ArrayRefISt8optionalIS3_EEERKNS9_13intrusive_ptrINS0_4NodeENS9_6deta"
-                "il34intrusive_target_default_null_typeISP_EEEERKSt8functionIFS5_S5_S5_EES"
-                "J_RKSW_IFS3_S3_EEb")
+# torch 2.15.0's two _wrap_outputs overloads (overlay/native/wrap_outputs.h) and where the
+# loader checks each: Python Functions reach the ArrayRef one through libtorch_python's GOT,
+# C++ Functions the vector one (libtorch_cpu's GOT; an extension binds it by the global lookup).
+WRAP_OUTPUTS_ARRAYREF = (
+    "_ZN5torch8autograd13_wrap_outputsEN3c108ArrayRefIPKN2at6TensorEEERKSt13unordered_setIPNS1_10Tens"
+    "orImplESt4hashISA_ESt8equal_toISA_ESaISA_EESI_NS2_ISt8optionalIS4_EEERKNS1_13intrusive_ptrINS0_4N"
+    "odeENS1_6detail34intrusive_target_default_null_typeISN_EEEERKSt8functionIFSt6vectorIS4_SaIS4_EESX"
+    "_SX_EESI_RKSU_IFS4_S4_EEbRSR_")
+WRAP_OUTPUTS_VECTOR = (
+    "_ZN5torch8autograd13_wrap_outputsERKSt6vectorIN2at6TensorESaIS3_EERKSt13unordered_setIPN3c1010Ten"
+    "sorImplESt4hashISB_ESt8equal_toISB_ESaISB_EESJ_NS9_8ArrayRefISt8optionalIS3_EEERKNS9_13intrusive_"
+    "ptrINS0_4NodeENS9_6detail34intrusive_target_default_null_typeISP_EEEERKSt8functionIFS5_S5_S5_EESJ"
+    "_RKSW_IFS3_S3_EEbRST_")
+
+
+def wrap_outputs_shim(patch: str, name: str, source: str) -> str:
+    """A shims.toml stanza for a shim of both _wrap_outputs overloads (as the [autograd] patch's)."""
+    return (f'[[shim]]\npatch = "{patch}"\nname = "{name}"\nsource = "{source}"\n'
+            f'symbols = ["{WRAP_OUTPUTS_ARRAYREF}", "{WRAP_OUTPUTS_VECTOR}"]\n'
+            f'bound_in = ["libtorch_python", ["libtorch_cpu", "global"]]\n')
+
+
 PYTHON_FILE = "torch/autograd/function.py"
 MARKER = '_NDV_TEST_DOUBLE = "the python hunk is in effect"\n'
 # The double's own "upstream test file": one test the stack fixes, one it leaves alone.
@@ -79,9 +96,8 @@ def overlay_src(target: Path, shimmed_patch: str | None) -> Path:
     for header in (DEFAULT_OVERLAY_SRC / "native").glob("*.h"):
         shutil.copy(header, target / "native")
     shutil.copy(DOUBLES / "counting_shim.cpp", target / "native")
-    entry = (f'[[shim]]\npatch = "{shimmed_patch}"\nname = "counting"\n'
-             f'source = "native/counting_shim.cpp"\nsymbols = ["{WRAP_OUTPUTS}"]\n'
-             f'bound_in = "libtorch_python"\n') if shimmed_patch else "shim = []\n"
+    entry = wrap_outputs_shim(shimmed_patch, "counting", "native/counting_shim.cpp") if shimmed_patch \
+        else "shim = []\n"
     (target / "shims.toml").write_text(entry)
     return target
 

@@ -25,18 +25,23 @@ for _shim in MANIFEST["shims"]:
 
 
 def verify():
-    """Raises ImportError unless every shim symbol is bound to the shim in its library."""
+    """Raises ImportError unless every shim symbol is bound to the shim where shims.toml says
+    it is checked: in a library that imports it (its GOT slot), or, for "global", in the
+    global symbol lookup that objects loaded later (C++ extensions) bind through."""
     for shim in MANIFEST["shims"]:
         bound_in = _libraries[shim["name"]].ndv_bound_in
         bound_in.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
-        for symbol in shim["symbols"]:
-            verdict = bound_in(shim["bound_in"].encode(), symbol.encode())
-            if verdict != 1:
+        for symbol, places in zip(shim["symbols"], shim["bound_in"]):
+            for place in places:
+                verdict = bound_in(place.encode(), symbol.encode())
+                if verdict == 1:
+                    continue
+                where = "the global symbol lookup (what a C++ extension binds)" if place == "global" else place
                 reason = {0: "binds another definition (was torch loaded before the shim?)",
                           -1: "is not loaded or does not import it",
                           -2: "has not bound it yet (lazy binding)"}.get(verdict, f"answered {verdict}")
                 raise ImportError(f"ndvstack overlay: {shim.get('kind', 'shim')} {shim['name']} "
-                                  f"({shim['patch']}) is not in effect: {shim['bound_in']} {reason} for {symbol}")
+                                  f"({shim['patch']}) is not in effect: {where} {reason} for {symbol}")
 
 
 def calls(name):

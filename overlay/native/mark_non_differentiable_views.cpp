@@ -1,38 +1,77 @@
-// mark_non_differentiable_views.cpp -- native shim for torch 2.13.0 (ndvstack's own code).
+// mark_non_differentiable_views.cpp -- native shim for torch 2.15.0 (ndvstack's own code).
 //
-// Reproduces the patched upstream behaviour of
-// torch/csrc/autograd/custom_function.cpp (a loop added at the end of
-// _wrap_outputs, after _process_backward_mode_ad and forward AD): an output
-// of a custom autograd Function (Python torch.autograd.Function or C++
-// torch::autograd::Function<T>) that was passed to
-// ctx.mark_non_differentiable() and is a view is returned as an out-of-place
-// detached alias (var.detach(): same storage and version counter as its base,
-// requires_grad=False, grad_fn=None, no forward-mode tangent at any level, not
-// a view), whether or not it required grad; a view returned in more than one
-// place gets one alias. The one exception is an input marked dirty and
-// returned as-is: it is the input itself (or, if it required grad, already a
-// detached alias of it). Stock 2.13.0 skips views (`else if
-// (!var.is_view()) var.detach_();`), so they keep requiring grad.
+// Reproduces the patched upstream behaviour of torch/csrc/autograd/custom_function.cpp
+// (the [autograd] patch: a loop at the end of _wrap_outputs_impl, after forward AD): an
+// output of a custom autograd Function (Python torch.autograd.Function or C++
+// torch::autograd::Function<T>) that was passed to ctx.mark_non_differentiable(), is a
+// view, is not an input marked dirty, and is differentiable (requires grad, or has a
+// level-0 forward grad while forward AD is active) is returned as var.detach(): same
+// storage and version counter as its base, requires_grad=False, grad_fn=None, not a view.
+// A view returned in several places gets one alias. Every other output is as stock: a
+// marked view that does not require grad stays that view. Stock 2.15.0 skips views
+// (`else if (!var.is_view()) var.detach_();`), so they keep requiring grad.
 //
-// How: this file defines torch::autograd::_wrap_outputs with the exact 2.13.0
-// signature. Loaded ahead of libtorch_cpu.so (LD_PRELOAD, or ctypes.CDLL with
-// RTLD_GLOBAL before `import torch`), it wins the symbol lookup of every
-// caller (libtorch_python.so, C++ extensions, libtorch_cpu.so itself all call
-// it through the PLT). It calls the original (found with dlsym(RTLD_NEXT)) and
-// then, once every output's history is set, replaces each marked view.
-// Unmarked views are never touched, so an unmarked view returned under no_grad
-// keeps requiring grad as today.
+// How: 2.15.0's libtorch_cpu.so exports _wrap_outputs twice, both forwarding to a static
+// _wrap_outputs_impl template: inputs as `const variable_list&` (C++ Functions, from the
+// inline Function<T>::apply in custom_function.h) and as `ArrayRef<const Variable*>`
+// (Python Functions: the only one libtorch_python.so imports). This file defines both with
+// the exact 2.15.0 signatures. Loaded with RTLD_GLOBAL before libtorch's callers bind them,
+// it wins their symbol lookup; each calls its original (dlsym(RTLD_NEXT)) and then, every
+// output's history and forward grad being set, applies the patch's loop.
 #include <atomic>
+
+#include <c10/core/AutogradState.h>
+#include <c10/util/irange.h>
+#include <torch/csrc/autograd/forward_grad.h>
 
 #include "ndv_shim_support.h"
 #include "wrap_outputs.h"
 
 namespace {
-std::atomic<long> g_calls{0};
+using torch::autograd::optional_variable_list;
+using torch::autograd::Variable;
 
-ndv::wrap_outputs_fn original() {
-  static auto fn = reinterpret_cast<ndv::wrap_outputs_fn>(ndv::original(ndv::kWrapOutputs));
-  return fn;
+std::atomic<long> g_vector_calls{0};
+std::atomic<long> g_arrayref_calls{0};
+
+// As custom_function.cpp's (static there).
+bool is_forward_ad_active() {
+  return torch::autograd::ForwardADLevel::has_any_level() &&
+      c10::AutogradState::get_tls_state().get_fw_grad_mode();
+}
+
+// The [autograd] patch's loop, exactly.
+void detach_marked_views(
+    optional_variable_list& outputs,
+    const std::unordered_set<at::TensorImpl*>& non_differentiable,
+    const std::unordered_set<at::TensorImpl*>& dirty_inputs,
+    at::ArrayRef<std::optional<Variable>> raw_outputs) {
+  for (const auto i : c10::irange(outputs.size())) {
+    auto& out = outputs[i];
+    if (!out.has_value() || !out->is_view()) {
+      continue;
+    }
+    auto* out_tensor_impl = raw_outputs[i]->unsafeGetTensorImpl();
+    if (!non_differentiable.contains(out_tensor_impl) ||
+        dirty_inputs.contains(out_tensor_impl)) {
+      continue;
+    }
+    if (!out->requires_grad() &&
+        !(is_forward_ad_active() && out->_fw_grad(/*level=*/0).defined())) {
+      continue;
+    }
+    // A view returned in several places gets one alias: it was one tensor.
+    size_t first = 0;
+    while (!(raw_outputs[first].has_value() &&
+             raw_outputs[first]->unsafeGetTensorImpl() == out_tensor_impl)) {
+      ++first;
+    }
+    if (first < i) {
+      out = outputs[first];
+    } else {
+      out = out->detach();
+    }
+  }
 }
 } // namespace
 
@@ -46,50 +85,50 @@ optional_variable_list _wrap_outputs(
     const _jvp_fn_t& jvp_user_function,
     const std::unordered_set<at::TensorImpl*>& to_save_if_setup_context,
     const _view_as_self_fn_t& view_as_self_fn,
-    bool pure_view) {
-  ++g_calls;
-  auto outputs = original()(
-      input_vars,
-      non_differentiable,
-      dirty_inputs,
-      raw_outputs,
-      cdata,
-      jvp_user_function,
-      to_save_if_setup_context,
-      view_as_self_fn,
-      pure_view);
-  // Same loop as the upstream fix (end of _wrap_outputs, after forward AD):
-  // every output's history and forward grad are set by now, so the result no
-  // longer depends on the order in which a marked view and its base were
-  // returned.
-  for (const auto i : c10::irange(outputs.size())) {
-    auto& out = outputs[i];
-    if (!out.has_value() || !out->is_view()) {
-      continue;
-    }
-    auto* out_tensor_impl = raw_outputs[i]->unsafeGetTensorImpl();
-    if (non_differentiable.count(out_tensor_impl) == 0 ||
-        dirty_inputs.count(out_tensor_impl) > 0) {
-      continue;
-    }
-    // A view returned more than once gets one alias, as it was one tensor.
-    size_t first = 0;
-    while (first < i &&
-           !(raw_outputs[first].has_value() &&
-             raw_outputs[first]->unsafeGetTensorImpl() == out_tensor_impl)) {
-      ++first;
-    }
-    if (first < i) {
-      out = outputs[first];
-    } else {
-      out = out->detach();
-    }
-  }
+    bool pure_view,
+    c10::intrusive_ptr<Node>& attached_node) {
+  ++g_vector_calls;
+  static auto original = reinterpret_cast<ndv::wrap_outputs_vector_fn>(
+      ndv::original(ndv::kWrapOutputsVector));
+  auto outputs = original(
+      input_vars, non_differentiable, dirty_inputs, raw_outputs, cdata,
+      jvp_user_function, to_save_if_setup_context, view_as_self_fn, pure_view,
+      attached_node);
+  detach_marked_views(outputs, non_differentiable, dirty_inputs, raw_outputs);
+  return outputs;
+}
+
+optional_variable_list _wrap_outputs(
+    at::ArrayRef<const Variable*> input_vars,
+    const std::unordered_set<at::TensorImpl*>& non_differentiable,
+    const std::unordered_set<at::TensorImpl*>& dirty_inputs,
+    const at::ArrayRef<std::optional<Variable>> raw_outputs,
+    const c10::intrusive_ptr<Node>& cdata,
+    const _jvp_fn_t& jvp_user_function,
+    const std::unordered_set<at::TensorImpl*>& to_save_if_setup_context,
+    const _view_as_self_fn_t& view_as_self_fn,
+    bool pure_view,
+    c10::intrusive_ptr<Node>& attached_node) {
+  ++g_arrayref_calls;
+  static auto original = reinterpret_cast<ndv::wrap_outputs_arrayref_fn>(
+      ndv::original(ndv::kWrapOutputsArrayRef));
+  auto outputs = original(
+      input_vars, non_differentiable, dirty_inputs, raw_outputs, cdata,
+      jvp_user_function, to_save_if_setup_context, view_as_self_fn, pure_view,
+      attached_node);
+  detach_marked_views(outputs, non_differentiable, dirty_inputs, raw_outputs);
   return outputs;
 }
 } // namespace torch::autograd
 
-// Times _wrap_outputs went through the shim: proof that torch calls this copy.
+// Times _wrap_outputs went through the shim, both overloads together and each: proof that
+// torch calls this copy on each path.
 extern "C" long ndv_shim_calls() {
-  return g_calls.load();
+  return g_vector_calls.load() + g_arrayref_calls.load();
+}
+extern "C" long ndv_shim_calls_vector() {
+  return g_vector_calls.load();
+}
+extern "C" long ndv_shim_calls_arrayref() {
+  return g_arrayref_calls.load();
 }

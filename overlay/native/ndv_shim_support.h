@@ -88,18 +88,40 @@ static void anchor() {}
 } // namespace ndv
 
 // Which definition of SYMBOL does the loaded library whose path contains LIB call?
-// 1: this shim's; 0: another (e.g. libtorch_cpu.so's original); -1: LIB is not loaded or
-// does not import SYMBOL; -2: its slot is not bound yet (lazy binding, still in LIB's PLT).
+// 1: this shim's; 0: another (e.g. libtorch_cpu.so's original, LIB's own included); -1: LIB
+// is not loaded or does not import SYMBOL; -2: its slot is not bound yet (lazy binding, still
+// in LIB's PLT).
+// LIB "global" asks the global lookup scope instead (dlsym(RTLD_DEFAULT)): what every object
+// loaded later binds SYMBOL to (a C++ extension, unless it is linked -Bsymbolic or loaded
+// with RTLD_DEEPBIND), for a symbol that no loaded library imports yet. 1, 0 or -1 (none).
 extern "C" int ndv_bound_in(const char* lib, const char* symbol) {
   ndv::detail::SlotQuery q{lib, symbol, nullptr, nullptr};
-  dl_iterate_phdr(ndv::detail::find_slot, &q);
+  const bool global = std::strcmp(lib, "global") == 0;
+  if (global) {
+    q.target = dlsym(RTLD_DEFAULT, symbol);
+  } else {
+    dl_iterate_phdr(ndv::detail::find_slot, &q);
+  }
   Dl_info hit{}, self{};
   if (!q.target || !dladdr(q.target, &hit) ||
       !dladdr(reinterpret_cast<void*>(&ndv::detail::anchor), &self)) {
     return -1;
   }
+  if (global) {
+    return hit.dli_fbase == self.dli_fbase ? 1 : 0;
+  }
   if (hit.dli_fbase == self.dli_fbase) {
     return 1;
   }
-  return std::strcmp(hit.dli_fname, q.lib_path) == 0 ? -2 : 0;
+  if (std::strcmp(hit.dli_fname, q.lib_path) != 0) {
+    return 0;
+  }
+  // Into LIB itself: its own definition (a library that defines the symbol and calls it
+  // through its PLT, as libtorch_cpu.so does), or still its PLT stub.
+  void* handle = dlopen(q.lib_path, RTLD_NOW | RTLD_NOLOAD);
+  void* own = handle ? dlsym(handle, symbol) : nullptr;
+  if (handle) {
+    dlclose(handle);
+  }
+  return q.target == own ? 0 : -2;
 }

@@ -26,7 +26,10 @@ class Shim:
     name: str
     source: Path
     symbols: tuple[str, ...]
-    bound_in: str
+    # For each symbol, where the loader's import-time check reads what it is bound to: a
+    # library that imports it (its GOT slot), or "global" (dlsym(RTLD_DEFAULT): the lookup
+    # of every object loaded later, e.g. a C++ extension).
+    bound_in: tuple[tuple[str, ...], ...]
 
     def sources(self) -> list[Path]:
         """The shim's own file and the headers beside it that it may include."""
@@ -53,9 +56,25 @@ def load_shims(overlay_src: Path) -> dict[str, Shim]:
             raise BadInput(f"{where}: source {source} does not exist")
         if entry["patch"] in shims:
             raise BadInput(f"{where}: {entry['patch']} already has a shim")
-        shims[entry["patch"]] = Shim(entry["patch"], entry["name"], source,
-                                     tuple(entry["symbols"]), entry["bound_in"])
+        symbols = entry["symbols"]
+        if not (isinstance(symbols, list) and symbols and all(isinstance(s, str) for s in symbols)):
+            raise BadInput(f"{where}: symbols is not a list of mangled names")
+        shims[entry["patch"]] = Shim(entry["patch"], entry["name"], source, tuple(symbols),
+                                     _bound_in(entry["bound_in"], len(symbols), where))
     return shims
+
+
+def _bound_in(value, count: int, where: str) -> tuple[tuple[str, ...], ...]:
+    """bound_in as written: one place for every symbol ("libtorch_python"), or a list with one
+    entry per symbol, each a place or a list of places."""
+    if isinstance(value, str):
+        return ((value,),) * count
+    if isinstance(value, list) and len(value) == count:
+        places = tuple((v,) if isinstance(v, str) else tuple(v) if isinstance(v, list) else () for v in value)
+        if all(places) and all(isinstance(p, str) and p for ps in places for p in ps):
+            return places
+    raise BadInput(f"{where}: bound_in is neither a library name nor a list with one entry (a name "
+                   f"or a list of names) per symbol")
 
 
 def compiler() -> str:
