@@ -2,11 +2,12 @@
 
 The release wheel (from the wheelhouse, fetched there by pip when missing; checked against
 base.toml's sha256) is unpacked with the `wheel` package; the stack's Python hunks, the
-compiled shims and their loader are laid in (layers.py, as in the overlay); `wheel pack --local-version` repacks it under
-a local version label naming the release's build and the stack (2.15.0+cu132.ndv<N>.<hash>,
-torch/version.py saying the same) and regenerates RECORD. The wheel and its
-manifest `<wheel>.json` reach dist/ together: the new dist/ is assembled beside the old
-one and the two are swapped with one atomic renameat2(RENAME_EXCHANGE).
+compiled shims and their loader are laid in (layers.py, as in the overlay); `wheel pack
+--local-version` repacks it under a local version label naming the release's build and the
+stack (2.15.0+cu132.ndv<N>.<hash>, torch/version.py saying the same) and regenerates
+RECORD. The wheel and its manifest `<wheel>.json` reach dist/ together: the new dist/ is
+assembled beside the old one and the two are swapped with one atomic
+renameat2(RENAME_EXCHANGE).
 """
 
 from __future__ import annotations
