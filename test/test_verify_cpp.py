@@ -148,22 +148,21 @@ def test_bad_input_is_refused_before_anything_changes(world, case):
                "no such folder": rf"{world.root / 'nowhere'}: no such directory",
                "no file": rf"{empty}: has no {UNIT} \(the stack's C\+\+ patches change it\)",
                "no compiler": r"no C\+\+ compiler: /nonexistent/c\+\+ not found",
-               "unknown tests": r"--tests test/test_other.py: not a test file the stack adds "
-                                r"\(test/test_ndv_fake_ops.py\)"}[case]
+               "unknown tests": r"--tests test/test_other.py: no such test file in .*/test with the "
+                                r"stack's test hunks, nor among those the stack adds \(test/test_ndv_fake_ops.py\)"}[case]
     before = dir_bytes(world.source.path)
     with pytest.raises(BadInput, match=message):
         verify(world, source, cache=cache, **more)
     assert not cache.exists() and dir_bytes(world.source.path) == before
 
 
-def test_the_entry_point_refuses_with_one_line_and_exit_2(tmp_path):
+def test_the_entry_point_refuses_with_one_line_and_exit_2(world, tmp_path):
     stack_sh = ROOT / "scripts" / "stack.sh"
     result = subprocess.run([str(stack_sh), "verify-cpp"], capture_output=True, text=True)
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and result.stderr.startswith("error: verify-cpp needs --source PATH")
-    (tmp_path / UNIT).parent.mkdir(parents=True)
-    (tmp_path / "torch/csrc/autograd/custom_function.cpp").write_text("// not compiled: no compiler\n")
-    result = subprocess.run([str(stack_sh), "verify-cpp", "--source", str(tmp_path)], capture_output=True,
+    result = subprocess.run([str(stack_sh), "--patches", str(world.stack.dir), "--overlay-src", str(world.overlay_src()),
+                             "verify-cpp", "--source", str(world.source_folder("entry point"))], capture_output=True,
                             text=True, env={**os.environ, "CXX": "/nonexistent/c++",
                                             "NDV_CACHE": str(tmp_path / "cache")})
     assert result.returncode == 2 and result.stderr.count("\n") == 1

@@ -1,64 +1,95 @@
-"""verify-cpp on the real stack against upstream texts of the C++ files it patches, read
-from $NDV_SHARED_CPP (default: ../shared/cpp beside the checkout; test data, not part of
-the project). Without them these tests do not run, and say so: a skip, never a pass."""
+"""verify-cpp on the [autograd] patch against upstream texts of custom_function.cpp (test
+data, not part of the project): 2.15's, from $NDV_CPP_SOURCE (default ../shared/upstream-2.15
+beside the checkout: a folder holding torch/csrc/autograd/custom_function.cpp and upstream's
+test/), and the v2.13 reconstruction from $NDV_SHARED_CPP (default ../shared/cpp), which
+must be refused. Without them these tests do not run, and say so: a skip, never a pass.
+
+The stack is the real one once patches/ has a C++ patch with a shim; until then the test
+double of the [autograd] patch (fake_stack.autograd_stack). The tests compared are the ones
+that patch adds to upstream's test files ($NDV_VERIFY_CPP_TESTS, space-separated ids, to
+restrict them)."""
 
 import io
 import os
+import re
+import shutil
 from pathlib import Path
 
 import pytest
 
-from fake_stack import quiet
+from fake_stack import WRAP_OUTPUTS_ARRAYREF, WRAP_OUTPUTS_VECTOR, autograd_stack, quiet
 from ndvstack import cpp_text, shims, verify_cpp
 from ndvstack.errors import WorkFailed
 from ndvstack.layers import DEFAULT_OVERLAY_SRC
 from ndvstack.stack import DEFAULT_PATCHES, Stack
 
 ROOT = Path(__file__).resolve().parents[1]
+CPP_SOURCE = Path(os.environ.get("NDV_CPP_SOURCE") or ROOT.parent / "shared" / "upstream-2.15")
 SHARED_CPP = Path(os.environ.get("NDV_SHARED_CPP") or ROOT.parent / "shared" / "cpp")
 CUSTOM_FUNCTION = "torch/csrc/autograd/custom_function.cpp"
+V2_15 = CPP_SOURCE / CUSTOM_FUNCTION
 V2_13 = SHARED_CPP / "custom_function.v2.13-reconstruction.cpp"
-NEWER = SHARED_CPP / "custom_function.newer.cpp"
-STACK = Stack(DEFAULT_PATCHES)
-# All the stack's test files unless restricted (space-separated paths, e.g. for a tighter CI budget).
-TESTS = os.environ.get("NDV_VERIFY_CPP_TESTS", "").split() or None
 
 
 def needs(text: Path):
-    reason = f"not run: {text} is not there (an upstream text of {CUSTOM_FUNCTION}; set NDV_SHARED_CPP)"
+    reason = f"not run: {text} is not there (an upstream text of {CUSTOM_FUNCTION}; set NDV_CPP_SOURCE/NDV_SHARED_CPP)"
     return pytest.mark.skipif(not text.is_file(), reason=reason)
 
 
-def source_with(folder: Path, text: Path) -> Path:
-    (folder / CUSTOM_FUNCTION).parent.mkdir(parents=True)
-    (folder / CUSTOM_FUNCTION).write_bytes(text.read_bytes())
-    return folder
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    """(stack, overlay source, its C++ patch): the real stack's first C++ patch, else the double."""
+    real = Stack(DEFAULT_PATCHES)
+    cpp = cpp_text.cpp_patches(real.patches(), shims.load_shims(DEFAULT_OVERLAY_SRC))
+    if cpp:
+        return real, DEFAULT_OVERLAY_SRC, cpp[0].patch
+    double, src = autograd_stack(tmp_path_factory.mktemp("autograd"))
+    return double, src, double.patches()[0]
 
 
-def patches_touching(path: str) -> list[str]:
-    cpp = cpp_text.cpp_patches(STACK.patches(), shims.load_shims(DEFAULT_OVERLAY_SRC))
-    return [item.patch.name for item in cpp if path in item.units]
+def added_tests(patch) -> list[str]:
+    """The test methods PATCH adds to classes of upstream's test files, as pytest ids (the class
+    from the hunk's header, as git names the enclosing block, or a class line in the hunk)."""
+    ids = []
+    for change in (c for c in patch.files if c.path.startswith("test/") and c.old_path):
+        for hunk in change.hunks:
+            klass = re.search(r"\bclass (\w+)", hunk.header)
+            klass = klass and klass[1]
+            for line in hunk.lines:
+                if m := re.match(r"^[ +]class (\w+)", line):
+                    klass = m[1]
+                elif (m := re.match(r"^\+    def (test_\w+)\(", line)) and klass:
+                    ids.append(f"{change.path}::{klass}::{m[1]}")
+    return ids
+
+
+@needs(V2_15)
+def test_the_autograd_patchs_text_on_2_15_defines_both_overloads_and_gives_the_shims_outcome(stack, tmp_path):
+    stack, src, patch = stack
+    tests = os.environ.get("NDV_VERIFY_CPP_TESTS", "").split() or added_tests(patch)
+    assert tests, f"{patch.name} adds no tests to compare on"
+    out = io.StringIO()
+    result = verify_cpp.main(stack, CPP_SOURCE, out, overlay_src=src, tests=tests, progress=quiet)
+    print(out.getvalue())  # the report, for pytest -s and for a failure's captured output
+    [text] = result.texts
+    assert text.unit == CUSTOM_FUNCTION and text.patches == [patch.name]
+    assert text.symbols[patch.name] == [WRAP_OUTPUTS_ARRAYREF, WRAP_OUTPUTS_VECTOR]  # both interposed
+    assert text.initialisers and not text.new
+    shim, compiled = result.outcomes["shim"], result.outcomes["text"]
+    assert shim == compiled and set(shim.values()) == {"passed"} and len(shim) == len(tests)
 
 
 @needs(V2_13)
-def test_the_stacks_cpp_text_on_v2_13_gives_the_shims_outcome_on_every_stack_test(tmp_path):
-    out = io.StringIO()
-    result = verify_cpp.main(STACK, source_with(tmp_path / "source", V2_13), out, tests=TESTS, progress=quiet)
-    print(out.getvalue())  # the report, for pytest -s and for a failure's captured output
-    [text] = result.texts
-    assert text.unit == CUSTOM_FUNCTION and text.patches == patches_touching(CUSTOM_FUNCTION)
-    assert text.initialisers and not text.new
-    shim, compiled = result.outcomes["shim"], result.outcomes["text"]
-    assert shim == compiled and set(shim.values()) == {"passed"}
-    assert len(shim) > (10 if TESTS else 200)  # every test of the files that ran, not a handful
-
-
-@needs(NEWER)
-def test_newer_upstream_text_is_refused_naming_the_patch_never_fuzzed(tmp_path):
-    source = source_with(tmp_path / "source", NEWER)
-    first = patches_touching(CUSTOM_FUNCTION)[0]
-    with pytest.raises(WorkFailed, match=rf"^{first} does not apply to the source without fuzz: "
-                                         rf"{CUSTOM_FUNCTION} hunk #\d+ \(@@ "):
-        verify_cpp.main(STACK, source, io.StringIO(), cache=tmp_path / "cache", progress=quiet)
+def test_the_v2_13_text_is_refused_naming_the_patch_never_fuzzed(stack, tmp_path):
+    stack, src, patch = stack
+    source = tmp_path / "source"
+    (source / CUSTOM_FUNCTION).parent.mkdir(parents=True)
+    shutil.copy(V2_13, source / CUSTOM_FUNCTION)
+    if (CPP_SOURCE / "test").is_dir():  # the tests to run, so that only the C++ text is wrong
+        shutil.copytree(CPP_SOURCE / "test", source / "test")
+    with pytest.raises(WorkFailed, match=rf"^{re.escape(patch.name)} does not apply to the source without "
+                                         rf"fuzz: {CUSTOM_FUNCTION} hunk #\d+ \(@@ [^\n]*\)$"):
+        verify_cpp.main(stack, source, io.StringIO(), overlay_src=src, tests=added_tests(patch)[:1] or None,
+                        cache=tmp_path / "cache", progress=quiet)
     assert not (tmp_path / "cache" / "texts").exists()  # refused before compiling anything
-    assert (source / CUSTOM_FUNCTION).read_bytes() == NEWER.read_bytes()
+    assert (source / CUSTOM_FUNCTION).read_bytes() == V2_13.read_bytes()

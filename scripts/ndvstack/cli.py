@@ -132,8 +132,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--source", type=Path, metavar="PATH",
                    help="a pytorch checkout (its files at the base) or a folder holding the touched "
                         "files at their repo paths")
-    p.add_argument("--tests", action="append", metavar="FILE",
-                   help="only this test file the stack adds (repeatable; default: all of them)")
+    p.add_argument("--tests", action="append", metavar="TEST",
+                   help="compare on this test file or pytest id (repeatable; default: the test files the "
+                        "stack adds); with a --source that has test/, its files with the stack's test "
+                        "hunks, e.g. test/test_autograd.py::TestAutograd::test_x")
     p.add_argument("--junit-dir", type=Path, help="write shim.xml and text.xml here")
 
     p = verbs.add_parser("submit", help="submit the stack upstream with ghstack, one PR per patch",

@@ -94,20 +94,26 @@ def cpp_patches(patches: list[Patch], shims: dict[str, Shim]) -> list[CppPatch]:
     return found
 
 
+def checkout_base(source: Path, base: Base) -> str | None:
+    """The base's commit when SOURCE is the top of a git checkout that has it, else None (a
+    folder, or a checkout without the base: its files are used as they are)."""
+    git = Git(source)
+    top = git.run("rev-parse", "--show-toplevel", check=False).stdout.strip()
+    if top and Path(top).resolve() == source.resolve():
+        try:
+            return require_base(git, base)
+        except BadInput:
+            pass
+    return None
+
+
 def read_sources(source: Path, paths: list[str], base: Base) -> tuple[dict[str, bytes], str]:
     """The base text of PATHS from SOURCE: a pytorch checkout that has the base commit (the
     files at the base), or a folder holding them at their repo paths (as they are)."""
     if not source.is_dir():
         raise BadInput(f"{source}: no such directory (give --source a pytorch checkout or a folder "
                        f"holding the touched files at their repo paths)")
-    git = Git(source)
-    top = git.run("rev-parse", "--show-toplevel", check=False).stdout.strip()
-    sha = None
-    if top and Path(top).resolve() == source.resolve():
-        try:
-            sha = require_base(git, base)
-        except BadInput:  # a checkout without the base: its files as they are
-            pass
+    sha = checkout_base(source, base)
     texts = {}
     for path in paths:
         if sha:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import shutil
@@ -98,7 +99,9 @@ class Toolchain:
             raise BadInput(f"no C++ compiler: {cxx} not found (install g++ or set CXX); "
                            f"the stack's C++ patches need their shims compiled")
         version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
-        # Importing torch is the slow part of a cold build; a warm one never gets here.
+        # Importing torch is the slow part of a cold build; a warm one never gets here. Its
+        # cpp_extension warns at import on a machine without CUDA: not ours to print.
+        logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
         import torch
         from torch.utils import cpp_extension
         includes = [flag for path in cpp_extension.include_paths() for flag in ("-isystem", path)]

@@ -7,8 +7,10 @@
 2. Each touched translation unit is compiled against the installed wheel with the shims'
    flags, and checked: it defines the symbols overlay/shims.toml names for its patches,
    and it is safe to load beside libtorch (see cpp_text).
-3. The stack's tests (the test files it adds: what `test.sh` runs without --pytorch, or
-   those named by --tests) run twice on the overlay, at the same time: with the shims,
+3. The stack's tests (the test files it adds, or the tests named by --tests: pytest ids or
+   files; when --source has test/, its files with the patches' test hunks are where they
+   run, so tests a patch adds to an upstream file can be named) run twice on the overlay,
+   at the same time: with the shims,
    and with the compiled text in their place (`run --cpp-from`: loaded by the overlay's
    loader before torch._C and checked by its GOT test, exactly like a shim). Each side
    has its own inductor cache. A test whose outcome differs fails the run.
@@ -16,8 +18,11 @@
 
 from __future__ import annotations
 
+import io
+import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -26,6 +31,7 @@ from pathlib import Path
 
 from ndvstack import cpp_text, lint, overlay, run, shims, upstream_tests
 from ndvstack.errors import BadInput, WorkFailed
+from ndvstack.hunks import apply_to_tree
 from ndvstack.layers import DEFAULT_OVERLAY_SRC
 from ndvstack.stack import Stack
 
@@ -60,6 +66,36 @@ def report_texts(texts: list[cpp_text.Text], applied: dict[str, int], where: str
               f"{len(text.new)} that it does not", file=out)
         calls = _short(text.initialisers, limit=6) if text.initialisers else "nothing"
         print(f"  static initialisers call {calls} (nothing in torch's libraries)", file=out)
+
+
+def test_tree(stack: Stack, source: Path, tree: Path) -> list[str]:
+    """Writes the tests to run under TREE and returns the test files the stack creates. With
+    upstream's test/ in SOURCE (a checkout's at the base, or a folder's as it is, e.g.
+    ../shared/upstream-2.15; SOURCE is never written), a copy of it with every patch's test/
+    hunks applied in series order (no fuzz), so that tests a patch adds to an upstream file
+    can run; without, only the files the stack creates, as the patches have them."""
+    sha = cpp_text.checkout_base(source, stack.base) if source.is_dir() else None
+    if sha:  # a checkout: its test/ at the base, as its C++ files
+        archive = subprocess.run(["git", "archive", "--format=tar", sha, "test"], cwd=source, capture_output=True)
+        if archive.returncode != 0:
+            return upstream_tests.new_test_files(stack, tree)[0]
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(tree, filter="data")
+    elif (source / "test").is_dir():
+        shutil.copytree(source / "test", tree / "test", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    else:
+        return upstream_tests.new_test_files(stack, tree)[0]
+    created = []
+    for patch in stack.patches():
+        changes = [c for c in patch.files if c.path.startswith("test/")]
+        created += [c.path for c in changes
+                    if c.old_path is None and Path(c.path).name.startswith("test_") and c.path.endswith(".py")]
+        if changes:
+            result = apply_to_tree(tree, changes, tree.parent / f"{patch.name}.tests.diff")
+            if result.returncode != 0:
+                raise WorkFailed(f"{patch.name}: its test hunks do not apply to {source}/test without fuzz: "
+                                 f"{(result.stderr.strip().splitlines() or ['git apply failed'])[0]}")
+    return sorted(p for p in created if (tree / p).is_file())
 
 
 def _side(stack: Stack, kind: str, source: Path, tmp: Path, overlay_options: dict) -> upstream_tests.Side:
@@ -98,15 +134,17 @@ def main(stack: Stack, source: Path | None, out, overlay_src: Path = DEFAULT_OVE
         tmp = Path(tmp_name)
         tree = tmp / "pytorch"
         tree.mkdir()
-        files, _ = upstream_tests.new_test_files(stack, tree)
+        files = test_tree(stack, source, tree)
         if tests:
-            unknown = [t for t in tests if t not in files]
+            unknown = [t for t in tests if not (tree / t.split("::")[0]).is_file()]
             if unknown:
-                raise BadInput(f"--tests {unknown[0]}: not a test file the stack adds "
-                               f"({', '.join(files) or 'it adds none'})")
+                raise BadInput(f"--tests {unknown[0]}: no such test file in {source}/test with the "
+                               f"stack's test hunks, nor among those the stack adds ({', '.join(files) or 'none'})")
             files = list(dict.fromkeys(tests))
         if not files:
-            raise BadInput("the stack adds no test files under test/: nothing to compare the text on")
+            raise BadInput("the stack adds no test files under test/: name the tests to compare the "
+                           "text on with --tests (pytest ids, e.g. test/test_autograd.py::TestAutograd::"
+                           "test_x, run in --source's test/ with the stack's test hunks)")
 
         texts, applied, where = cpp_text.build(stack.patches(), shims.load_shims(overlay_src), source,
                                                stack.base, overlay_src, overlay_options.get("toolchain"),
@@ -117,7 +155,7 @@ def main(stack: Stack, source: Path | None, out, overlay_src: Path = DEFAULT_OVE
         sides = [_side(stack, kind, source, tmp, options) for kind in SIDES]
         junits = junit_dir or tmp
         junits.mkdir(parents=True, exist_ok=True)
-        progress(f"verify-cpp: {len(files)} test files, on {SIDES['shim']} and on {SIDES['text']} "
+        progress(f"verify-cpp: {len(files)} test files or ids, on {SIDES['shim']} and on {SIDES['text']} "
                  f"at the same time ...")
         start = time.monotonic()
 
