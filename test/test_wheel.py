@@ -94,21 +94,25 @@ def fresh_venv(folder: Path):
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
     python = str(folder / "bin" / "python")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "NDV_", "LD_"))}
-    return python, [python, "-m", "pip", "--disable-pip-version-check", "--quiet", "--no-index",
-                    "--find-links", str(wheel.wheelhouse())], env
+    return python, [python, "-m", "pip", "--disable-pip-version-check", "--quiet"], env
+
+
+def install(pip: list[str], *what: str) -> None:
+    """pip install WHAT from the machine's wheelhouse alone."""
+    subprocess.run([*pip, "install", "--no-index", "--find-links", str(wheel.wheelhouse()), *what], check=True)
 
 
 def test_a_fresh_venv_gets_the_whole_stack_and_a_reinstall_restores_stock(built):
     _, _, tmp, path = built
     python, pip, env = fresh_venv(tmp / "venv")
-    subprocess.run([*pip, "install", str(path)], check=True)
+    install(pip, str(path))
     assert subprocess.run([*pip, "check"], capture_output=True, text=True).returncode == 0
     out = subprocess.run([python, "-c", CHECK_SCRIPT], capture_output=True, text=True, env=env, cwd=tmp)
     version = path.name.split("-")[1]
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [version, "the_python_hunk_is_in_effect", "1"]
     subprocess.run([*pip, "uninstall", "-y", "torch"], check=True)
-    subprocess.run([*pip, "install", "torch==2.15.0"], check=True)
+    install(pip, "torch==2.15.0")
     out = subprocess.run([python, "-c", CHECK_SCRIPT], capture_output=True, text=True, env=env, cwd=tmp)
     assert out.stdout.split() == ["2.15.0+cu132", "stock", "no_shim"]
 
@@ -150,12 +154,12 @@ def test_the_real_stacks_wheel_fixes_the_eager_bug_in_a_fresh_venv(tmp_path):
     assert any(path.startswith("torch/_functorch/_aot_autograd/") for path in data["overlaid"])
     python, pip, env = fresh_venv(tmp_path / "venv")
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
-    subprocess.run([*pip, "install", str(path)], check=True)
+    install(pip, str(path))
     fixed = subprocess.run([python, "-c", EAGER_BUG], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert fixed.stdout.split() == [path.name.split("-")[1], "False"], fixed.stderr
     fixed = subprocess.run([python, "-c", COMPILED_BUG], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert fixed.stdout.split() == [path.name.split("-")[1], "True", "True"], fixed.stderr
-    subprocess.run([*pip, "install", "--force-reinstall", "--no-deps", "torch==2.15.0"], check=True)
+    install(pip, "--force-reinstall", "--no-deps", "torch==2.15.0")
     stock = subprocess.run([python, "-c", EAGER_BUG], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert stock.stdout.split() == ["2.15.0+cu132", "True"], stock.stderr
     stock = subprocess.run([python, "-c", COMPILED_BUG], capture_output=True, text=True, env=env, cwd=tmp_path)
