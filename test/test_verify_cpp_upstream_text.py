@@ -6,8 +6,8 @@ must be refused. Without them these tests do not run, and say so: a skip, never 
 
 The stack is the real one once patches/ has a C++ patch with a shim; until then the test
 double of the [autograd] patch (fake_stack.autograd_stack). The tests compared are the ones
-that patch adds to upstream's test files ($NDV_VERIFY_CPP_TESTS, space-separated ids, to
-restrict them)."""
+the stack adds to or changes in upstream's test files, as verify-cpp finds them (own_tests);
+$NDV_VERIFY_CPP_TESTS (space-separated pytest ids or files) restricts them."""
 
 import io
 import os
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from fake_stack import WRAP_OUTPUTS_ARRAYREF, WRAP_OUTPUTS_VECTOR, autograd_stack, quiet
-from ndvstack import cpp_text, shims, verify_cpp
+from ndvstack import cpp_text, own_tests, shims, verify_cpp
 from ndvstack.errors import WorkFailed
 from ndvstack.layers import DEFAULT_OVERLAY_SRC
 from ndvstack.stack import DEFAULT_PATCHES, Stack
@@ -47,27 +47,12 @@ def stack(tmp_path_factory):
     return double, src, double.patches()[0]
 
 
-def added_tests(patch) -> list[str]:
-    """The test methods PATCH adds to classes of upstream's test files, as pytest ids (the class
-    from the hunk's header, as git names the enclosing block, or a class line in the hunk)."""
-    ids = []
-    for change in (c for c in patch.files if c.path.startswith("test/") and c.old_path):
-        for hunk in change.hunks:
-            klass = re.search(r"\bclass (\w+)", hunk.header)
-            klass = klass and klass[1]
-            for line in hunk.lines:
-                if m := re.match(r"^[ +]class (\w+)", line):
-                    klass = m[1]
-                elif (m := re.match(r"^\+    def (test_\w+)\(", line)) and klass:
-                    ids.append(f"{change.path}::{klass}::{m[1]}")
-    return ids
-
-
 @needs(V2_15)
 def test_the_autograd_patchs_text_on_2_15_defines_both_overloads_and_gives_the_shims_outcome(stack, tmp_path):
     stack, src, patch = stack
-    tests = os.environ.get("NDV_VERIFY_CPP_TESTS", "").split() or added_tests(patch)
-    assert tests, f"{patch.name} adds no tests to compare on"
+    tests = os.environ.get("NDV_VERIFY_CPP_TESTS", "").split() or None
+    own = own_tests.apply_test_hunks(stack.patches(), CPP_SOURCE, tmp_path / "own")
+    assert own.per_patch[patch.name], f"{patch.name} adds no tests to compare on"
     out = io.StringIO()
     result = verify_cpp.main(stack, CPP_SOURCE, out, overlay_src=src, tests=tests, progress=quiet)
     print(out.getvalue())  # the report, for pytest -s and for a failure's captured output
@@ -76,20 +61,20 @@ def test_the_autograd_patchs_text_on_2_15_defines_both_overloads_and_gives_the_s
     assert text.symbols[patch.name] == [WRAP_OUTPUTS_ARRAYREF, WRAP_OUTPUTS_VECTOR]  # both interposed
     assert text.initialisers and not text.new
     shim, compiled = result.outcomes["shim"], result.outcomes["text"]
-    assert shim == compiled and set(shim.values()) == {"passed"} and len(shim) == len(tests)
+    assert shim == compiled and set(shim.values()) == {"passed"}
+    assert len(shim) == len(tests or own.kind)  # by default, every test the stack adds or changes
 
 
 @needs(V2_13)
+@needs(V2_15)
 def test_the_v2_13_text_is_refused_naming_the_patch_never_fuzzed(stack, tmp_path):
     stack, src, patch = stack
     source = tmp_path / "source"
     (source / CUSTOM_FUNCTION).parent.mkdir(parents=True)
     shutil.copy(V2_13, source / CUSTOM_FUNCTION)
-    if (CPP_SOURCE / "test").is_dir():  # the tests to run, so that only the C++ text is wrong
-        shutil.copytree(CPP_SOURCE / "test", source / "test")
+    shutil.copytree(CPP_SOURCE / "test", source / "test")  # the tests: only the C++ text is wrong
     with pytest.raises(WorkFailed, match=rf"^{re.escape(patch.name)} does not apply to the source without "
                                          rf"fuzz: {CUSTOM_FUNCTION} hunk #\d+ \(@@ [^\n]*\)$"):
-        verify_cpp.main(stack, source, io.StringIO(), overlay_src=src, tests=added_tests(patch)[:1] or None,
-                        cache=tmp_path / "cache", progress=quiet)
+        verify_cpp.main(stack, source, io.StringIO(), overlay_src=src, cache=tmp_path / "cache", progress=quiet)
     assert not (tmp_path / "cache" / "texts").exists()  # refused before compiling anything
     assert (source / CUSTOM_FUNCTION).read_bytes() == V2_13.read_bytes()

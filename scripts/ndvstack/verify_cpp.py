@@ -7,19 +7,17 @@
 2. Each touched translation unit is compiled against the installed wheel with the shims'
    flags, and checked: it defines the symbols overlay/shims.toml names for its patches,
    and it is safe to load beside libtorch (see cpp_text).
-3. The stack's tests (the test files it adds, or the tests named by --tests: pytest ids or
-   files; when --source has test/, its files with the patches' test hunks are where they
-   run, so tests a patch adds to an upstream file can be named) run twice on the overlay,
-   at the same time: with the shims,
-   and with the compiled text in their place (`run --cpp-from`: loaded by the overlay's
-   loader before torch._C and checked by its GOT test, exactly like a shim). Each side
-   has its own inductor cache. A test whose outcome differs fails the run.
+3. The stack's tests (with a --source holding upstream's test/: the test functions the
+   patches' test hunks add or change there, own_tests; without: the test files it adds; or
+   those named by --tests, pytest ids or files) run twice on the overlay, at the same time:
+   with the shims, and with the compiled text in their place (`run --cpp-from`: loaded by
+   the overlay's loader before torch._C and checked like a shim). Each side has its own
+   inductor cache. A test whose outcome differs fails the run.
 """
 
 from __future__ import annotations
 
 import io
-import shutil
 import subprocess
 import sys
 import tarfile
@@ -29,9 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from ndvstack import cpp_text, lint, overlay, run, shims, upstream_tests
+from ndvstack import cpp_text, lint, overlay, own_tests, run, shims, upstream_tests
 from ndvstack.errors import BadInput, WorkFailed
-from ndvstack.hunks import apply_to_tree
 from ndvstack.layers import DEFAULT_OVERLAY_SRC
 from ndvstack.stack import Stack
 
@@ -69,33 +66,22 @@ def report_texts(texts: list[cpp_text.Text], applied: dict[str, int], where: str
 
 
 def test_tree(stack: Stack, source: Path, tree: Path) -> list[str]:
-    """Writes the tests to run under TREE and returns the test files the stack creates. With
-    upstream's test/ in SOURCE (a checkout's at the base, or a folder's as it is, e.g.
-    ../shared/upstream-2.15; SOURCE is never written), a copy of it with every patch's test/
-    hunks applied in series order (no fuzz), so that tests a patch adds to an upstream file
-    can run; without, only the files the stack creates, as the patches have them."""
+    """Writes the tests to run under TREE and returns the stack's tests. With upstream's test/
+    in SOURCE (a checkout's at the base, or a folder's as it is, e.g. ../shared/upstream-2.15;
+    SOURCE is never written): a copy of it with the series' test hunks applied (own_tests), and
+    the test functions they add or change, as pytest ids. Without: the test files the stack
+    creates, as the patches have them."""
     sha = cpp_text.checkout_base(source, stack.base) if source.is_dir() else None
-    if sha:  # a checkout: its test/ at the base, as its C++ files
+    upstream = source
+    if sha:  # a checkout: its test/ at the base (if it has one there), like its C++ files
+        upstream = tree.parent / "upstream"
         archive = subprocess.run(["git", "archive", "--format=tar", sha, "test"], cwd=source, capture_output=True)
-        if archive.returncode != 0:
-            return upstream_tests.new_test_files(stack, tree)[0]
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(tree, filter="data")
-    elif (source / "test").is_dir():
-        shutil.copytree(source / "test", tree / "test", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    else:
+        if archive.returncode == 0:
+            with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+                tar.extractall(upstream, filter="data")
+    if not (upstream / "test").is_dir():
         return upstream_tests.new_test_files(stack, tree)[0]
-    created = []
-    for patch in stack.patches():
-        changes = [c for c in patch.files if c.path.startswith("test/")]
-        created += [c.path for c in changes
-                    if c.old_path is None and Path(c.path).name.startswith("test_") and c.path.endswith(".py")]
-        if changes:
-            result = apply_to_tree(tree, changes, tree.parent / f"{patch.name}.tests.diff")
-            if result.returncode != 0:
-                raise WorkFailed(f"{patch.name}: its test hunks do not apply to {source}/test without fuzz: "
-                                 f"{(result.stderr.strip().splitlines() or ['git apply failed'])[0]}")
-    return sorted(p for p in created if (tree / p).is_file())
+    return sorted(own_tests.apply_test_hunks(stack.patches(), upstream, tree).kind)
 
 
 def _side(stack: Stack, kind: str, source: Path, tmp: Path, overlay_options: dict) -> upstream_tests.Side:
@@ -138,13 +124,13 @@ def main(stack: Stack, source: Path | None, out, overlay_src: Path = DEFAULT_OVE
         if tests:
             unknown = [t for t in tests if not (tree / t.split("::")[0]).is_file()]
             if unknown:
-                raise BadInput(f"--tests {unknown[0]}: no such test file in {source}/test with the "
-                               f"stack's test hunks, nor among those the stack adds ({', '.join(files) or 'none'})")
+                raise BadInput(f"--tests {unknown[0]}: no such test file in the source's test/ with the "
+                               f"stack's test hunks, nor among those the stack adds")
             files = list(dict.fromkeys(tests))
         if not files:
-            raise BadInput("the stack adds no test files under test/: name the tests to compare the "
-                           "text on with --tests (pytest ids, e.g. test/test_autograd.py::TestAutograd::"
-                           "test_x, run in --source's test/ with the stack's test hunks)")
+            raise BadInput("the stack has no tests to compare the text on: none in the test files it adds, "
+                           "nor (with a --source holding upstream's test/) among the test functions its "
+                           "test hunks add or change")
 
         texts, applied, where = cpp_text.build(stack.patches(), shims.load_shims(overlay_src), source,
                                                stack.base, overlay_src, overlay_options.get("toolchain"),
