@@ -133,9 +133,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="a pytorch checkout (its files at the base) or a folder holding the touched "
                         "files at their repo paths")
     p.add_argument("--tests", action="append", metavar="TEST",
-                   help="compare on this test file or pytest id (repeatable; default: the test files the "
-                        "stack adds); with a --source that has test/, its files with the stack's test "
-                        "hunks, e.g. test/test_autograd.py::TestAutograd::test_x")
+                   help="compare on this test file or pytest id (repeatable; default: the stack's tests: "
+                        "with a --source that has upstream's test/, the test functions the stack's test "
+                        "hunks add or change there; else the test files it adds)")
     p.add_argument("--junit-dir", type=Path, help="write shim.xml and text.xml here")
 
     p = verbs.add_parser("submit", help="submit the stack upstream with ghstack, one PR per patch",
