@@ -152,7 +152,7 @@ def test_apply_refuses_a_dirty_checkout(tmp_path, fake_pytorch, stack, make_dirt
 def test_apply_refuses_a_checkout_without_the_base(tmp_path, stack):
     other = fake_pytorch_tree(tmp_path / "other", edits={"setup.py": ("line 1\n", "line one\n")})
     before = other.snapshot()
-    with pytest.raises(BadInput, match=rf"lacks the base commit \(v2\.13\.0\) {stack.base.commit}; "
+    with pytest.raises(BadInput, match=rf"lacks the base commit \(v2\.15\.0\) {stack.base.commit}; "
                                        rf"fetch it first \(git fetch origin {stack.base.commit}\)"):
         apply.main(stack, other.path, progress=quiet)
     assert other.snapshot() == before
