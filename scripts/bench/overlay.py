@@ -54,7 +54,7 @@ def main() -> None:
         env = {**os.environ, "NDV_CACHE": str(cache)}
         warm = [timed(lambda: subprocess.run(command, env=env, capture_output=True, check=True))[0]
                 for _ in range(5)]
-        wheel.release_wheel(stack.base, cache, None, quiet)  # fetched once, outside the timing
+        wheel.release_wheel(stack.base, None, quiet)  # fetched once (the wheelhouse), outside the timing
         built, _ = timed(lambda: wheel.main(stack, tmp / "dist", overlay_src=src, cache=cache, progress=quiet))
         sides = {"stock": {k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
                  "overlay": {**os.environ, "PYTHONPATH": str(folder)}}
