@@ -121,7 +121,7 @@ def double_stack(tmp: Path, test_text: str = TEST_TEXT) -> tuple[Stack, Path, Fa
 
 # The [autograd] patch as the lead wrote it at 2.15.0 (its C++ hunk, tests and docs), exported
 # as `stack.sh export` does, until it is in patches/: a one-patch stack with its shim's stanza.
-AUTOGRAD_PATCH = DOUBLES / "0001-autograd-Detach-views-passed-to-mark_non_differentiable-that-require-grad.patch"
+AUTOGRAD_PATCH = DOUBLES / "0001-autograd-Detach-marked-non-differentiable-views-that-require-grad.patch"
 AUTOGRAD_SHIM = ("mark_non_differentiable_views", "native/mark_non_differentiable_views.cpp")
 
 
