@@ -117,23 +117,3 @@ def double_stack(tmp: Path, test_text: str = TEST_TEXT) -> tuple[Stack, Path, Fa
     stack = stack_data(tmp / "patches")
     names = export.main(stack, tree.path, progress=quiet)
     return stack, overlay_src(tmp / "overlay", names[1]), tree
-
-
-# The [autograd] patch as the lead wrote it at 2.15.0 (its C++ hunk, tests and docs), exported
-# as `stack.sh export` does, until it is in patches/: a one-patch stack with its shim's stanza.
-AUTOGRAD_PATCH = DOUBLES / "0001-autograd-Detach-marked-non-differentiable-views-that-require-grad.patch"
-AUTOGRAD_SHIM = ("mark_non_differentiable_views", "native/mark_non_differentiable_views.cpp")
-
-
-def autograd_stack(tmp: Path) -> tuple[Stack, Path]:
-    """(stack, overlay source): the [autograd] patch alone on the real base, and the real
-    overlay/ with its shim's stanza added to shims.toml."""
-    stack = stack_data(tmp / "patches")
-    shutil.copy(DEFAULT_PATCHES / "upstream-tests.toml", stack.dir)
-    shutil.copy(AUTOGRAD_PATCH, stack.dir)
-    (stack.dir / "series").write_text(f"{AUTOGRAD_PATCH.name}\n")
-    src = tmp / "overlay"
-    shutil.copytree(DEFAULT_OVERLAY_SRC, src, ignore=shutil.ignore_patterns("__pycache__"))
-    with open(src / "shims.toml", "a") as shims_toml:
-        shims_toml.write("\n" + wrap_outputs_shim(AUTOGRAD_PATCH.name, *AUTOGRAD_SHIM))
-    return stack, src

@@ -4,8 +4,7 @@ beside the checkout: a folder holding torch/csrc/autograd/custom_function.cpp an
 test/), and the v2.13 reconstruction from $NDV_SHARED_CPP (default ../shared/cpp), which
 must be refused. Without them these tests do not run, and say so: a skip, never a pass.
 
-The stack is the real one once patches/ has a C++ patch with a shim; until then the test
-double of the [autograd] patch (fake_stack.autograd_stack). The tests compared are the ones
+The stack is the real one: its [autograd] patch is its C++ patch. The tests compared are the ones
 the stack adds to or changes in upstream's test files, as verify-cpp finds them (own_tests);
 $NDV_VERIFY_CPP_TESTS (space-separated pytest ids or files) restricts them."""
 
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from fake_stack import WRAP_OUTPUTS_ARRAYREF, WRAP_OUTPUTS_VECTOR, autograd_stack, quiet
+from fake_stack import WRAP_OUTPUTS_ARRAYREF, WRAP_OUTPUTS_VECTOR, quiet
 from ndvstack import cpp_text, own_tests, shims, verify_cpp
 from ndvstack.errors import WorkFailed
 from ndvstack.layers import DEFAULT_OVERLAY_SRC
@@ -37,14 +36,11 @@ def needs(text: Path):
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    """(stack, overlay source, its C++ patch): the real stack's first C++ patch, else the double."""
+def stack():
+    """(stack, overlay source, its C++ patch): the real stack and its first C++ patch."""
     real = Stack(DEFAULT_PATCHES)
-    cpp = cpp_text.cpp_patches(real.patches(), shims.load_shims(DEFAULT_OVERLAY_SRC))
-    if cpp:
-        return real, DEFAULT_OVERLAY_SRC, cpp[0].patch
-    double, src = autograd_stack(tmp_path_factory.mktemp("autograd"))
-    return double, src, double.patches()[0]
+    [first, *_] = cpp_text.cpp_patches(real.patches(), shims.load_shims(DEFAULT_OVERLAY_SRC))
+    return real, DEFAULT_OVERLAY_SRC, first.patch
 
 
 @needs(V2_15)
