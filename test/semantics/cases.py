@@ -1690,3 +1690,56 @@ def reg_lone_view_of_detached(x):
 def reg_sum_and_detached_select(x):
     y = x * 2
     return y.sum(), y.detach()[0]
+
+
+# A view marked non-differentiable in setup_context (not forward): eager's _wrap_outputs sees
+# the mark in every grad mode; under no_grad() Dynamo inlines forward and must see it too.
+class MarkViewInSetupContextFn(torch.autograd.Function):
+    @staticmethod
+    def forward(x):
+        return x * 2, x.view(-1)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.mark_non_differentiable(output[1])
+
+    @staticmethod
+    def backward(ctx, gy, gv):
+        return gy * 2
+
+
+@case(M23, owner="issue-7", marked=(1,))
+def fn_nondiff_view_in_setup_context(x):
+    return MarkViewInSetupContextFn.apply(x)
+
+
+@case(M23, grad_mode="no_grad", owner="issue-7", marked=(1,))
+def fn_nondiff_view_in_setup_context_nograd(x):
+    return MarkViewInSetupContextFn.apply(x)
+
+
+class _TorchFunctionSub(torch.Tensor):
+    """A subclass that only overrides __torch_function__ (the default one)."""
+
+
+class _SeesInputType(torch.nn.Module):
+    def forward(self, x, b):
+        self.seen = type(b)
+        return x * b
+
+
+def _full_backward_hook_keeps_subclass(case, mode):
+    """check: with a full backward hook, forward sees an input that does not require grad
+    as the subclass it was passed as (BackwardHookFunction marks it non-differentiable and
+    returns it as-is; the [autograd] patch must leave it alone: it does not require grad)."""
+    module = _SeesInputType()
+    module.register_full_backward_hook(lambda *args: None)
+    x, b = case.make_inputs()
+    module(x, b.as_subclass(_TorchFunctionSub))
+    return [] if module.seen is _TorchFunctionSub else ["forward saw %s" % module.seen.__name__]
+
+
+@case(M23_M23N, owner="issue-4", check=_full_backward_hook_keeps_subclass,
+      skip_modes=_ONLY_AOT_FUNCTION)
+def full_backward_hook_subclass_input(x, b):
+    return (x * b,)
