@@ -4,11 +4,12 @@
 // (the [autograd] patch: a loop at the end of _wrap_outputs_impl, after forward AD): an
 // output of a custom autograd Function (Python torch.autograd.Function or C++
 // torch::autograd::Function<T>) that was passed to ctx.mark_non_differentiable(), is a
-// view, is not an input marked dirty, and is differentiable (requires grad, or has a
-// level-0 forward grad while forward AD is active) is returned as var.detach(): same
-// storage and version counter as its base, requires_grad=False, grad_fn=None, not a view.
-// A view returned in several places gets one alias. Every other output is as stock: a
-// marked view that does not require grad stays that view. Stock 2.15.0 skips views
+// view, is not one of the Function's inputs returned as-is, and is differentiable (requires
+// grad, or has a level-0 forward grad while forward AD is active) is returned as
+// var.detach(): same storage and version counter as its base, requires_grad=False,
+// grad_fn=None, not a view. A view returned in several places gets one alias. Every other
+// output is as stock: a marked view that does not require grad stays that view, and a
+// marked input returned as-is is what set_history made of it. Stock 2.15.0 skips views
 // (`else if (!var.is_view()) var.detach_();`), so they keep requiring grad.
 //
 // How: 2.15.0's libtorch_cpu.so exports _wrap_outputs twice, both forwarding to a static
@@ -40,12 +41,29 @@ bool is_forward_ad_active() {
       c10::AutogradState::get_tls_state().get_fw_grad_mode();
 }
 
-// The [autograd] patch's loop, exactly.
-void detach_marked_views(
-    optional_variable_list& outputs,
+const Variable& input_at(const torch::autograd::variable_list& inputs, size_t i) {
+  return inputs[i];
+}
+
+const Variable& input_at(at::ArrayRef<const Variable*> inputs, size_t i) {
+  return *inputs[i];
+}
+
+// The [autograd] patch's _detach_non_differentiable_views(), exactly.
+template <typename InputVarsType>
+void detach_non_differentiable_views(
+    const InputVarsType& input_vars,
     const std::unordered_set<at::TensorImpl*>& non_differentiable,
-    const std::unordered_set<at::TensorImpl*>& dirty_inputs,
-    at::ArrayRef<std::optional<Variable>> raw_outputs) {
+    const at::ArrayRef<std::optional<Variable>> raw_outputs,
+    optional_variable_list& outputs) {
+  auto is_input = [&](const at::TensorImpl* impl) {
+    for (const auto j : c10::irange(input_vars.size())) {
+      if (input_at(input_vars, j).unsafeGetTensorImpl() == impl) {
+        return true;
+      }
+    }
+    return false;
+  };
   for (const auto i : c10::irange(outputs.size())) {
     auto& out = outputs[i];
     if (!out.has_value() || !out->is_view()) {
@@ -53,14 +71,13 @@ void detach_marked_views(
     }
     auto* out_tensor_impl = raw_outputs[i]->unsafeGetTensorImpl();
     if (!non_differentiable.contains(out_tensor_impl) ||
-        dirty_inputs.contains(out_tensor_impl)) {
+        is_input(out_tensor_impl)) {
       continue;
     }
     if (!out->requires_grad() &&
         !(is_forward_ad_active() && out->_fw_grad(/*level=*/0).defined())) {
       continue;
     }
-    // A view returned in several places gets one alias: it was one tensor.
     size_t first = 0;
     while (!(raw_outputs[first].has_value() &&
              raw_outputs[first]->unsafeGetTensorImpl() == out_tensor_impl)) {
@@ -94,7 +111,9 @@ optional_variable_list _wrap_outputs(
       input_vars, non_differentiable, dirty_inputs, raw_outputs, cdata,
       jvp_user_function, to_save_if_setup_context, view_as_self_fn, pure_view,
       attached_node);
-  detach_marked_views(outputs, non_differentiable, dirty_inputs, raw_outputs);
+  if (!non_differentiable.empty()) {
+    detach_non_differentiable_views(input_vars, non_differentiable, raw_outputs, outputs);
+  }
   return outputs;
 }
 
@@ -116,7 +135,9 @@ optional_variable_list _wrap_outputs(
       input_vars, non_differentiable, dirty_inputs, raw_outputs, cdata,
       jvp_user_function, to_save_if_setup_context, view_as_self_fn, pure_view,
       attached_node);
-  detach_marked_views(outputs, non_differentiable, dirty_inputs, raw_outputs);
+  if (!non_differentiable.empty()) {
+    detach_non_differentiable_views(input_vars, non_differentiable, raw_outputs, outputs);
+  }
   return outputs;
 }
 } // namespace torch::autograd
