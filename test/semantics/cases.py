@@ -1743,3 +1743,87 @@ def _full_backward_hook_keeps_subclass(case, mode):
       skip_modes=_ONLY_AOT_FUNCTION)
 def full_backward_hook_subclass_input(x, b):
     return (x * b,)
+
+
+# --- B1-B3: programs that a rewrite of AOTAutograd's outputs must return exactly as stock ---
+
+
+def _bases_as_eager(case, mode):
+    """check: which output each output's ._base is (or none), compiled as in eager."""
+
+    def bases(outs):
+        return [next((j for j, p in enumerate(outs) if o._base is p), None) for o in outs]
+
+    eager, compiled = _compiled_and_eager_outs(case, mode)
+    e, c = bases(eager), bases(compiled)
+    return ["out[%d]._base is out[%s], eager out[%s]" % (i, c[i], e[i])
+            for i in range(len(e)) if e[i] != c[i]]
+
+
+_AOT_EAGER_MODES = ("aot_function", "aot_function_dyn", "aot_eager", "aot_eager_dyn")
+
+
+# B1: views of an output that does not require grad, next to one that does (a training
+# graph): each view's ._base is that output, as in eager. A base that does not require grad
+# must not be detached when the views are regenerated.
+@case(M23, owner="issue-5", check=_bases_as_eager, check_modes=_AOT_EAGER_MODES)
+def reg_b1_view_of_nograd_output(x):
+    t = x.detach() * 2
+    return x * 2, t, t.view(-1)
+
+
+@case(M23, owner="issue-5", check=_bases_as_eager, check_modes=_AOT_EAGER_MODES)
+def reg_b1_selects_of_nograd_output(x):
+    t = x.detach() * 2
+    return x * 2, t, t[0], t[1]
+
+
+def _b1_two_views(x):
+    t = x.detach() * 2
+    return x * 2, t.view(-1)[:3], t.view(-1)[1:4]
+
+
+# B1: two views of one intermediate that does not require grad, one of them then modified
+# in-place across a graph break (the second graph mutates a view input): compiles and
+# matches eager.
+@case(M23, owner="issue-5")
+def reg_b1_views_mutated_after_graph_break(x):
+    a, b, c = _b1_two_views(x)
+    torch._dynamo.graph_break()
+    b.add_(1)
+    return a, b, c
+
+
+# B2: the only output requiring grad aliases the input, so AOTAutograd compiles an
+# inference graph: its outputs are returned as the graph made them (v._base is t).
+@case(M23, owner="issue-5", check=_bases_as_eager, check_modes=_AOT_EAGER_MODES)
+def reg_b2_inference_graph_view_of_nograd_output(x):
+    t = x.detach() * 2
+    return x.view(-1), t, t.view(-1)
+
+
+def _exports_joint(case, mode):
+    """check: aot_export_joint_simple(trace_joint=True) exports the function (stock does);
+    a rewrite of the outputs into aliases would make it refuse them."""
+    from torch._functorch.aot_autograd import aot_export_joint_simple
+
+    try:
+        aot_export_joint_simple(case.fn, list(case.make_inputs()), trace_joint=True)
+    except Exception as e:  # noqa: BLE001
+        return ["aot_export_joint_simple(trace_joint=True): " + _export_error(e)]
+    return []
+
+
+# B3: aot_export_joint_simple(trace_joint=True) of a detached slice of an output.
+@case(V4, owner="issue-5", check=_exports_joint)
+def reg_b3_export_joint_detached_slice(x):
+    y = x.exp()
+    return y, y[1:].detach()
+
+
+# B3: aot_export_joint_simple(trace_joint=True) of a view of an intermediate that does not
+# require grad, next to an output that does.
+@case(M23, owner="issue-5", check=_exports_joint)
+def reg_b3_export_joint_view_of_detached(x):
+    y = x * 2
+    return y, (x.detach() * 3).view(-1)
