@@ -1,12 +1,12 @@
 """Benchmark: per-call time of small compiled functions with view outputs, stock vs the
-stack, in one run (issues 5 and 6: patched/stock median ratio <= 1.03 per call), with a
-control function that has no view outputs.
+stack, in one run (target: patched/stock median ratio <= 1.03 per call), with a control
+function that has no view outputs.
 
 Each function runs as a training graph (its input requires grad: "fwd", "fwd+bwd") and as
-an inference graph (it does not: "inference"; issue 14: the stack must not touch those,
-ratio <= 1.01). The anchor rows (anchor_*) give what stock itself pays to regenerate one
-view of an input per call (anchor_view_of_input minus anchor_no_view, printed at the end),
-the yardstick for the stack's regenerated outputs.
+an inference graph (it does not: "inference"; the stack must not touch those: ratio <= 1.01,
+and --same-code shows whether they run the same code). The anchor rows (anchor_*) give what
+stock itself pays to regenerate one view of an input per call (anchor_view_of_input minus
+anchor_no_view, printed at the end), the yardstick for the stack's regenerated outputs.
 
 Each side runs in its own worker process (`stack.sh run --stock` / `stack.sh run`), the
 two alternating for --rounds rounds so that drift hits both alike. A worker compiles each
@@ -171,7 +171,7 @@ def worker(args) -> None:
 
             def forward_backward():
                 outs = compiled(x)
-                # Through every output with history (stock inductor loses some: issue 6).
+                # Through every output with history (stock inductor loses some: the slices of views_and_detach).
                 losses = [o.sum() for o in outs if o.requires_grad and o.grad_fn is not None]
                 if losses:
                     sum(losses).backward()
