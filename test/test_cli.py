@@ -98,6 +98,11 @@ def test_bench_help_lists_every_benchmark_with_a_line():
     result = subprocess.run([str(ROOT / "scripts" / "bench.sh"), "--help"], capture_output=True, text=True)
     listed = dict(re.findall(r"^  (\w+) +(\S.*)$", result.stdout, re.M))
     assert set(BENCHMARKS) <= set(listed), result.stdout
+    assert not INTERNAL_ISSUE.search(result.stdout)
+
+
+# The project's own issue numbers mean nothing to a reader of the help ("issue 14", "issues 5 and 6").
+INTERNAL_ISSUE = re.compile(r"\bissues? \d", re.I)
 
 
 @pytest.mark.parametrize("bench", BENCHMARKS)
@@ -106,6 +111,7 @@ def test_every_benchmark_has_help(bench):
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith(f"usage: bench.sh {bench} ")
     assert undescribed(result.stdout) == []
+    assert not INTERNAL_ISSUE.search(result.stdout), "the help names one of the project's own issues"
 
 
 def test_bad_usage_exits_2():

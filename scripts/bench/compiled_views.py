@@ -1,12 +1,12 @@
 """Benchmark: per-call time of small compiled functions with view outputs, stock vs the
-stack, in one run (issues 5 and 6: patched/stock median ratio <= 1.03 per call), with a
-control function that has no view outputs.
+stack, in one run (target: patched/stock median ratio <= 1.03 per call), with a control
+function that has no view outputs.
 
 Each function runs as a training graph (its input requires grad: "fwd", "fwd+bwd") and as
-an inference graph (it does not: "inference"; issue 14: the stack must not touch those,
-ratio <= 1.01). The anchor rows (anchor_*) give what stock itself pays to regenerate one
-view of an input per call (anchor_view_of_input minus anchor_no_view, printed at the end),
-the yardstick for the stack's regenerated outputs.
+an inference graph (it does not: "inference"; the stack must not touch those: ratio <= 1.01,
+and --same-code shows whether they run the same code). The anchor rows (anchor_*) give what
+stock itself pays to regenerate one view of an input per call (anchor_view_of_input minus
+anchor_no_view, printed at the end), the yardstick for the stack's regenerated outputs.
 
 Each side runs in its own worker process (`stack.sh run --stock` / `stack.sh run`), the
 two alternating for --rounds rounds so that drift hits both alike. A worker compiles each
@@ -16,6 +16,7 @@ the ratio relative to the control's in the same round ("vs control", median over
 """
 
 import argparse
+import difflib
 import json
 import statistics
 import subprocess
@@ -25,6 +26,16 @@ from pathlib import Path
 
 STACK_SH = Path(__file__).resolve().parents[1] / "stack.sh"
 BACKENDS = ("aot_eager", "inductor")
+EPILOG = """\
+--same-code prints, per graph, "same" or the kinds of runtime wrapper whose generated code
+differs with the stack (e.g. compiled_fn_wrapper, output_alias_wrapper), then how many
+training ("fwd") and inference graphs run the same code. The training graphs of functions
+with an output the stack rebuilds differ; every inference graph must be the same.
+
+Exit status: 0 success (with --same-code: every inference graph the same), 1 a worker
+failed, no generated code was captured for a graph, or (--same-code) an inference graph's
+code differs, 2 bad usage.
+"""
 
 
 def functions():
@@ -98,30 +109,61 @@ def functions():
             unbind_input]
 
 
-def dump_code() -> None:
-    """Prints, as JSON, the runtime code AOTAutograd generates for each function's training
-    graph ("fwd": its input requires grad) and inference graph: what runs per call around the
-    compiled graph."""
+def dump_code(backends=BACKENDS, fns=None) -> dict:
+    """The runtime code AOTAutograd generates for each function's training graph ("fwd": its
+    input requires grad) and inference graph: what runs per call around the compiled graph.
+    {"BACKEND FUNCTION LABEL": [[wrapper kind, source], ...]}, in the order they were made.
+
+    AOTAutograd builds each runtime wrapper (the alias, mutation and orchestration epilogues,
+    the autograd.Function's forward and backward, ...) as Python source that it compiles and
+    execs at compile time; codegen.capture_generated_sources records every one of them."""
     import torch
-    from torch._functorch._aot_autograd import subclass_codegen
+    import torch._functorch.config
+    from torch._functorch._aot_autograd.codegen import capture_generated_sources
 
+    # Trace every graph afresh: a cache hit would bring back what an earlier run decided.
+    torch._functorch.config.enable_autograd_cache = False
     sources: dict = {}
-    current: list = []
-    original = subclass_codegen._compile_and_exec_source
-
-    def recording(source, *args, **kwargs):
-        current.append(source)
-        return original(source, *args, **kwargs)
-
-    subclass_codegen._compile_and_exec_source = recording
-    for backend in BACKENDS:
-        for fn in functions():
+    for backend in backends:
+        for fn in fns or functions():
             for label, requires_grad in (("fwd", True), ("inference", False)):
                 torch._dynamo.reset()
-                current.clear()
-                torch.compile(fn, backend=backend)(torch.randn(4, 3, requires_grad=requires_grad))
-                sources[f"{backend} {fn.__name__} {label}"] = list(current)
-    print(json.dumps(sources))
+                captured: list = []
+                with capture_generated_sources(captured):
+                    torch.compile(fn, backend=backend)(torch.randn(4, 3, requires_grad=requires_grad))
+                sources[f"{backend} {fn.__name__} {label}"] = [[g.artifact_name, g.source] for g in captured]
+    return sources
+
+
+def by_kind(code: list) -> dict:
+    """A graph's captured code: wrapper kind -> its sources, in the order they were made."""
+    kinds: dict = {}
+    for name, source in code:
+        kinds.setdefault(name, []).append(source)
+    return kinds
+
+
+def compare_code(stock: dict, patched: dict) -> tuple[list, list]:
+    """Per graph (key, the kinds of wrapper whose code differs: [] where it is all the same,
+    the number of wrappers on stock), and the errors: a graph one side has not, or for which
+    it captured no code at all (then the capture no longer sees how this torch generates its
+    wrappers, and every graph would look the same)."""
+    rows, errors = [], []
+    for key, code in stock.items():
+        other = patched.get(key)
+        if other is None:
+            errors.append(f"{key}: the stack's side compiled no such graph")
+            continue
+        if not code or not other:
+            errors.append(f"{key}: no generated code captured ({len(code)} functions on stock, "
+                          f"{len(other)} with the stack)")
+            continue
+        kinds, other_kinds = by_kind(code), by_kind(other)
+        differ = sorted(k for k in kinds.keys() | other_kinds.keys() if kinds.get(k) != other_kinds.get(k))
+        if not differ and code != other:
+            differ = ["the order of the wrappers"]
+        rows.append((key, differ, len(code)))
+    return rows, errors
 
 
 def worker_commands(*worker_args: str) -> dict:
@@ -140,19 +182,29 @@ def run_worker(side: str, command: list) -> dict:
     return json.loads(lines[-1])
 
 
-def same_code() -> None:
+def same_code(args) -> int:
     """Stock and the stack side by side: is each graph's generated runtime code the same? Where
     it is, the stack adds nothing per call there (ratio 1 by construction), a finer statement
-    than the timed rows can make on a loaded machine."""
+    than the timed rows can make on a loaded machine. Returns the exit status."""
     code = {side: run_worker(side, command) for side, command in worker_commands("--worker-dump-code").items()}
-    same = {key: sources == code["patched"].get(key) for key, sources in code["stock"].items()}
-    for key, identical in same.items():
-        pieces = len(code["stock"][key])
-        print(f"{key:58s} {'same' if identical else 'DIFFERS'} ({pieces} generated functions)")
+    rows, errors = compare_code(code["stock"], code["patched"])
+    for key, differ, pieces in rows:
+        verdict = f"DIFFERS: {', '.join(differ)}" if differ else "same"
+        print(f"{key:50s} {verdict} ({pieces} generated functions on stock)")
+        if differ and args.diff:
+            stock, patched = (by_kind(code[side][key]) for side in ("stock", "patched"))
+            for name in differ:
+                print("\n".join(difflib.unified_diff(
+                    "\n".join(stock.get(name, [])).splitlines(), "\n".join(patched.get(name, [])).splitlines(),
+                    f"stock {name}", f"stack {name}", n=1, lineterm="")))
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr)
+    if errors:
+        return 1
     for label in ("fwd", "inference"):
-        keys = [key for key in same if key.endswith(f" {label}")]
-        print(f"{label}: {sum(same[key] for key in keys)} of {len(keys)} graphs run the same generated code"
-              " with the stack")
+        same = [not differ for key, differ, _ in rows if key.endswith(f" {label}")]
+        print(f"{label}: {sum(same)} of {len(same)} graphs run the same generated code with the stack")
+    return 0 if all(not differ for key, differ, _ in rows if key.endswith(" inference")) else 1
 
 
 def worker(args) -> None:
@@ -171,7 +223,7 @@ def worker(args) -> None:
 
             def forward_backward():
                 outs = compiled(x)
-                # Through every output with history (stock inductor loses some: issue 6).
+                # Through every output with history (stock inductor loses some: the slices of views_and_detach).
                 losses = [o.sum() for o in outs if o.requires_grad and o.grad_fn is not None]
                 if losses:
                     sum(losses).backward()
@@ -227,7 +279,8 @@ def parent(args) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog=f"bench.sh {Path(__file__).stem}", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog=f"bench.sh {Path(__file__).stem}", description=__doc__.split("\n\n")[0],
+                                     epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=4,
                         help="stock/stack worker pairs, alternating (default: %(default)s)")
     parser.add_argument("--warmup", type=int, default=50,
@@ -236,14 +289,17 @@ def main() -> None:
                         help="timed batches per function per worker (default: %(default)s)")
     parser.add_argument("--calls", type=int, default=50, help="calls per timed batch (default: %(default)s)")
     parser.add_argument("--same-code", action="store_true",
-                        help="instead of timing: compare the runtime code generated for each graph")
+                        help="instead of timing: compare the runtime code AOTAutograd generates for each "
+                             "graph, stock and the stack (exit 1 where an inference graph's differs)")
+    parser.add_argument("--diff", action="store_true",
+                        help="with --same-code: print what differs, as a unified diff per wrapper")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--worker-dump-code", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker_dump_code:
-        dump_code()
+        print(json.dumps(dump_code()))
     elif args.same_code:
-        same_code()
+        raise SystemExit(same_code(args))
     else:
         worker(args) if args.worker else parent(args)
 

@@ -1,6 +1,6 @@
 """Benchmark: what torch.autograd.Function.apply costs with the stack, against stock torch.
 
-Issue 15's two figures, from one interleaved run:
+Two figures, from one interleaved run:
 
 1. A Function that marks nothing (no output passed to ctx.mark_non_differentiable) must
    cost what it costs on stock: the ratio patched / stock of its per-call time (target

@@ -6,7 +6,7 @@
   import torch   `python -c "import torch"`, stock and overlay alternating; median delta
 
 Uses the test-double stack (test/fake_stack.py: one Python hunk, one shim) unless
---real-stack, which uses patches/ and overlay/. Targets (issue 3): cold <= 30 s,
+--real-stack, which uses patches/ and overlay/. Targets: cold <= 30 s,
 warm <= 2 s, wheel <= 60 s, import delta <= 50 ms.
 """
 
