@@ -1,5 +1,6 @@
 import os
 import shutil
+import signal
 import sys
 from pathlib import Path
 
@@ -15,6 +16,11 @@ from ndvstack.wheel import wheelhouse  # noqa: E402
 # dependencies, 2.8 GB, see scripts/_venv.sh) is fixed here, before that, so that the venvs and
 # wheels the tests make read it instead of downloading it again.
 os.environ["NDV_WHEELHOUSE"] = str(wheelhouse())
+
+# A run started in the background by a non-interactive shell (as a CI runner may) ignores SIGINT,
+# and so would every process the tests start. Python's own handler here means the children
+# start with the default action again, and the Ctrl-C tests' signal reaches them as a terminal's.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)

@@ -149,16 +149,10 @@ def test_round_trip_through_the_entry_point(tmp_path, fake_pytorch):
     assert {p.name: p.read_bytes() for p in (tmp_path / "patches").iterdir()} == before
 
 
-def sigint_as_default():
-    """Popen's preexec_fn: the child takes Ctrl-C as a terminal gives it, even when this
-    run was started in the background by a shell, which makes its jobs ignore SIGINT."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def test_ctrl_c_during_run_lets_the_command_stop_then_exits_130():
     command = [str(STACK_SH), "run", "--stock", "--", "sh", "-c", "echo started; sleep 5"]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True, preexec_fn=sigint_as_default)
+                               start_new_session=True)
     assert process.stdout.readline() == "started\n"
     os.killpg(process.pid, signal.SIGINT)
     assert process.wait() == 130

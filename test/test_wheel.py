@@ -275,12 +275,6 @@ def git_status(repo: Path) -> str:
                           check=True).stdout
 
 
-def sigint_as_default():
-    """Popen's preexec_fn: the child takes Ctrl-C as a terminal gives it, even when this
-    run was started in the background by a shell, which makes its jobs ignore SIGINT."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 # Before publishing (the first two are progress lines: the signal comes while that step runs), while
 # (the new dist/ assembled beside the old one), after (just swapped in, the old one not yet removed).
 @pytest.mark.parametrize("stage", ["wheel: unpacking", "wheel: packing", "publish: assembled", "publish: swapped"])
@@ -294,7 +288,7 @@ def test_ctrl_c_at_any_stage_exits_130_with_one_line_and_leaves_no_trace(small, 
     env = {**os.environ, "NDV_CACHE": str(small.cache), "NDV_TEST_PAUSE_AT": stage}
     # In a session of its own, and the signal to the whole group: as Ctrl-C in a terminal does.
     process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env, cwd=repo,
-                               start_new_session=True, preexec_fn=sigint_as_default)
+                               start_new_session=True)
     for line in process.stderr:
         if line.startswith(stage):
             os.killpg(process.pid, signal.SIGINT)
