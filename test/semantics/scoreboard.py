@@ -225,7 +225,7 @@ _FORMAT = """\
 """
 HEADERS = {
     "stock": """\
-# Known (case, mode) pairs that differ on STOCK torch 2.13.0 (CPU), measured by
+# Known (case, mode) pairs that differ on STOCK torch (the base's release wheel), measured by
 # `scripts/scoreboard.sh --write-known test/semantics` (both lists at once).
 """ + _FORMAT,
     "stack": """\
