@@ -152,9 +152,10 @@ def worker(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     x = torch.randn(16, 8, requires_grad=True)
     view = (x * 2)[0]  # a view of a tensor that requires grad, as a marked view is
-    cases = {name: (lambda apply=apply: apply(x)) for name, apply in _functions(args.marked).items()}
+    functions = _functions(args.marked)
+    cases = {name: (lambda apply=apply: apply(x)) for name, apply in functions.items()}
     cases[DETACH] = view.detach
-    unmarked_view = _functions([])[UNMARKED_VIEW]
+    unmarked_view = functions[UNMARKED_VIEW]
     cases[CALLER_DETACH] = lambda: unmarked_view(x)[1].detach()
     results = {}
     gc_was_enabled = gc.isenabled()
