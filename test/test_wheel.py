@@ -102,11 +102,16 @@ def install(pip: list[str], *what: str) -> None:
     subprocess.run([*pip, "install", "--no-index", "--find-links", str(wheel.wheelhouse()), *what], check=True)
 
 
+def assert_pip_check(pip: list[str]) -> None:
+    check = subprocess.run([*pip, "check"], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout
+
+
 def test_a_fresh_venv_gets_the_whole_stack_and_a_reinstall_restores_stock(built):
     _, _, tmp, path = built
     python, pip, env = fresh_venv(tmp / "venv")
     install(pip, str(path))
-    assert subprocess.run([*pip, "check"], capture_output=True, text=True).returncode == 0
+    assert_pip_check(pip)
     out = subprocess.run([python, "-c", CHECK_SCRIPT], capture_output=True, text=True, env=env, cwd=tmp)
     version = path.name.split("-")[1]
     assert out.returncode == 0, out.stderr
@@ -159,8 +164,7 @@ def test_the_real_stacks_wheel_fixes_the_eager_bug_in_a_fresh_venv(tmp_path):
     python, pip, env = fresh_venv(tmp_path / "venv")
     env["TORCHINDUCTOR_CACHE_DIR"] = str(tmp_path / "inductor")
     install(pip, str(path))
-    check = subprocess.run([*pip, "check"], capture_output=True, text=True)
-    assert check.returncode == 0, check.stdout
+    assert_pip_check(pip)
     fixed = subprocess.run([python, "-c", EAGER_BUG], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert fixed.stdout.split() == [path.name.split("-")[1], "False"], fixed.stderr
     fixed = subprocess.run([python, "-c", COMPILED_BUG], capture_output=True, text=True, env=env, cwd=tmp_path)
