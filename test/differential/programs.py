@@ -1,0 +1,419 @@
+"""The differential corpus's programs, generated from axes.
+
+A program is a body (the code a user writes: a custom autograd.Function and the call of it, or
+plain tensor code), a caller (the grad mode around it, the inputs it gets, what wraps it) and a
+runner (eager, torch.compile, aot_function, export). The body is Python source of its own
+(`Body.source`), so a program found to differ prints as a standalone script (`differential.sh
+--show ID`); the caller and the runner are applied by observe.py.
+
+Everything is derived from one seed: the same seed gives the same programs, in the same order,
+with the same ids, on every machine. An id names the body's index, the caller and the runner:
+`b0042.no_grad.param_slice.none.aot_eager_fg`.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+SEED = 20261206
+
+# ---------------------------------------------------------------------------------------------
+# The body's axes
+# ---------------------------------------------------------------------------------------------
+
+# What a body returns, a kind per output slot (some kinds return two tensors). y is an
+# intermediate that requires grad, made from x; z one unrelated to y.
+OUT_KINDS = {
+    "x": "the input as-is",
+    "xv": "a view of the input",
+    "xs": "multi-output views of the input (unbind/split/chunk)",
+    "xm": "the input, modified in place (mark_dirty when marked)",
+    "y": "an intermediate",
+    "yv": "a view of an intermediate",
+    "ys": "multi-output views of an intermediate",
+    "yd": "a detached alias of an intermediate",
+    "ydv": "a view of a detached intermediate, or a detached view",
+    "z": "an unrelated intermediate",
+    "n": "a non-tensor (an int)",
+}
+X_VIEWS = ("x.view(-1)", "x[1:]", "x.t()", "x.view_as(x)")
+Y_VIEWS = ("y.view(-1)", "y[1:]", "y.t()", "y[0]")
+MULTI = ("unbind(0)", "split(1)", "chunk(2)")
+DETACHED = ("y.detach()", "y.detach()[0]", "y.view(-1).detach()", "y.detach().view(-1)")
+
+STYLES = ("ctx", "setup")  # forward(ctx, ...), or forward(...) + setup_context(ctx, inputs, output)
+# forward's signature and how the body calls it: x; x and a default k, called with x alone, or
+# with k by keyword; a second tensor w; an int n returned as an output too.
+SIGNATURES = ("x", "x_default", "x_keyword", "x_w", "x_n")
+SAVES = ("none", "input", "output", "inter")  # what goes to ctx.save_for_backward
+SIDE_EFFECTS = ("none", "print", "append", "disabled", "numpy")  # in setup_context (or forward)
+
+
+@dataclass(frozen=True)
+class Body:
+    index: int
+    kind: str  # "function": a custom autograd.Function; "plain": tensor code, no Function
+    outs: tuple  # (kind, variant) per output slot
+    style: str = "ctx"
+    sig: str = "x"
+    nondiff: tuple = ()  # output slots passed to ctx.mark_non_differentiable
+    dirty: bool = False  # ctx.mark_dirty(x), for an "xm" slot
+    save: str = "none"
+    materialize: bool = True  # ctx.set_materialize_grads
+    needs_input_grad: bool = False  # backward returns None where ctx.needs_input_grad is False
+    side: str = "none"
+    single: bool = False  # one tensor output, returned bare (not in a tuple)
+    nograd: tuple = ()  # plain: output slots computed under torch.no_grad()
+    source: str = field(default="", compare=False)
+
+    @property
+    def name(self) -> str:
+        return "b%04d" % self.index
+
+
+def _expand(kind, variant):
+    """(statements, returned expressions) of one output slot."""
+    if kind == "x":
+        return [], ["x"]
+    if kind == "xv":
+        return [], [X_VIEWS[variant % len(X_VIEWS)]]
+    if kind == "xs":
+        return [], ["*x.%s" % MULTI[variant % len(MULTI)]]
+    if kind == "xm":
+        return ["x.mul_(2)"], ["x"]
+    if kind == "y":
+        return [], ["y"]
+    if kind == "yv":
+        return [], [Y_VIEWS[variant % len(Y_VIEWS)]]
+    if kind == "ys":
+        return [], ["*y.%s" % MULTI[variant % len(MULTI)]]
+    if kind == "yd":
+        return [], [DETACHED[variant % len(DETACHED)]]
+    if kind == "ydv":
+        return [], [DETACHED[2 + variant % 2]]
+    if kind == "z":
+        return [], ["z"]
+    if kind == "n":
+        return [], ["3"]
+    raise ValueError(kind)
+
+
+def _needs(outs, *kinds):
+    return any(k in kinds for k, _ in outs)
+
+
+def _prologue(body: Body, scale: str) -> list[str]:
+    """The statements before the outputs: the in-place on x, the intermediates y and z."""
+    stmts = []
+    if _needs(body.outs, "xm"):
+        stmts.append("x.mul_(2)")
+    if _needs(body.outs, "y", "yv", "ys", "yd", "ydv") or body.save == "inter":
+        stmts.append("y = (x * %s).exp()" % ("w" if body.sig == "x_w" else scale))
+    if _needs(body.outs, "z"):
+        stmts.append("z = x.sin()")
+    return stmts
+
+
+def _bind_slots(body: Body, extra: tuple = ()) -> tuple[list[str], list[str], list[list[int]]]:
+    """Each output slot bound to a name: (statements, returned items, positions of each slot
+    among forward's outputs). A multi-output slot is `m<slot>`, returned starred."""
+    stmts, items, positions, p = [], [], [], 0
+    for slot, (kind, variant) in enumerate(body.outs):
+        expr = _expand(kind, variant)[1][0]
+        if expr.startswith("*"):
+            stmts.append("m%d = %s" % (slot, expr[1:]))
+            items.append("*m%d" % slot)
+            positions.append([p, p + 1])  # every multi-output view here is two tensors
+            p += 2
+        else:
+            if expr.isidentifier() or expr.isdigit():
+                items.append(expr)
+            else:
+                stmts.append("o%d = %s" % (slot, expr))
+                items.append("o%d" % slot)
+            positions.append([p])
+            p += 1
+    for name in extra:
+        items.append(name)
+        positions.append([p])
+        p += 1
+    return stmts, items, positions
+
+
+def marked_positions(body: Body) -> set:
+    """The positions, among the body's flattened outputs, of those passed to
+    ctx.mark_non_differentiable."""
+    if body.kind != "function":
+        return set()
+    _, _, positions = _bind_slots(body)
+    return {p for slot in body.nondiff for p in positions[slot]}
+
+
+def _returned(items: list[str], single: bool) -> str:
+    if single:
+        return items[0]
+    return "(%s%s)" % (", ".join(items), "," if len(items) == 1 else "")
+
+
+_SIG = {  # forward's parameters, the call, forward's tensor-or-not inputs, setup_context's unpacking
+    "x": ("x", "F.apply(x)", "(x,) = inputs"),
+    "x_default": ("x, k=2.0", "F.apply(x)", "x, k = inputs"),
+    "x_keyword": ("x, k=2.0", "F.apply(x, k=3.0)", "x, k = inputs"),
+    "x_w": ("x, w", "F.apply(x, w)", "x, w = inputs"),
+    "x_n": ("x, n", "F.apply(x, 2)", "x, n = inputs"),
+}
+_SIDE = {
+    "none": [],
+    "print": ['print("ctx", tuple(x.shape))'],
+    "append": ["LOG.append(x.shape[0])"],
+    "disabled": ["ctx.rows = disabled_rows(x)"],
+    "numpy": ["ctx.numpy_scale = float(np.float32(2.0))"],
+}
+
+
+def _render_function(body: Body) -> str:
+    params, call, unpack = _SIG[body.sig]
+    n_inputs = 1 if body.sig == "x" else 2
+    setup = body.style == "setup"
+    stmts = _prologue(body, "k" if body.sig in ("x_default", "x_keyword") else "2.0")
+    bind, items, positions = _bind_slots(body, ("n",) if body.sig == "x_n" else ())
+    n_outputs = positions[-1][-1] + 1
+    single = body.single and n_outputs == 1
+
+    # The ctx calls: in forward on the names bound there, or in setup_context on `output`.
+    def ref(slot):
+        if setup:
+            return ", ".join("output" if single else "output[%d]" % p for p in positions[slot])
+        return items[slot]
+
+    ctx_calls = ["ctx.mark_non_differentiable(%s)" % ref(slot) for slot in body.nondiff]
+    if body.dirty:
+        ctx_calls.append("ctx.mark_dirty(x)")
+    save = body.save
+    if save == "inter" and setup:  # setup_context cannot see an intermediate
+        save = "none"
+    if save == "input":
+        ctx_calls.append("ctx.save_for_backward(x)")
+    elif save == "output":
+        first = ("output" if single else "output[0]") if setup else items[0].lstrip("*")
+        ctx_calls.append("ctx.save_for_backward(%s)" % (first + ("[0]" if items[0].startswith("*") and not setup else "")))
+    elif save == "inter":
+        ctx_calls.append("ctx.save_for_backward(y)")
+    if not body.materialize:
+        ctx_calls.append("ctx.set_materialize_grads(False)")
+    ctx_calls.append("ctx.shape = x.shape")
+    ctx_calls = _SIDE[body.side] + ctx_calls
+
+    lines = ["class F(torch.autograd.Function):"]
+    if setup:
+        lines += ["    generate_vmap_rule = True", ""]
+    lines += ["    @staticmethod", "    def forward(%s%s):" % ("" if setup else "ctx, ", params)]
+    lines += ["        " + s for s in stmts + bind + ([] if setup else ctx_calls)]
+    lines += ["        return " + _returned(items, single), ""]
+    if setup:
+        lines += ["    @staticmethod", "    def setup_context(ctx, inputs, output):", "        " + unpack]
+        lines += ["        " + s for s in ctx_calls] + [""]
+    grads = ["g%d" % i for i in range(n_outputs)]
+    lines += ["    @staticmethod", "    def backward(ctx, %s):" % ", ".join(grads),
+              "        total = None",
+              "        for g in (%s%s):" % (", ".join(grads), "," if n_outputs == 1 else ""),
+              "            if g is not None and g.is_floating_point():",
+              "                total = g.sum() if total is None else total + g.sum()",
+              "        if total is None:",
+              "            return %s" % ", ".join(["None"] * n_inputs)]
+    if save != "none":
+        # s.sum(): a saved view need not have x's shape; s keeps double backward going.
+        lines += ["        (s,) = ctx.saved_tensors", "        gx = total * s.sum() * torch.ones(ctx.shape)"]
+    else:
+        lines += ["        gx = total * torch.ones(ctx.shape)"]
+    if body.needs_input_grad:
+        lines += ["        if not ctx.needs_input_grad[0]:", "            gx = None"]
+    rest = ", total * torch.ones(ctx.shape)" if body.sig == "x_w" else ("" if n_inputs == 1 else ", None")
+    lines += ["        return gx%s" % rest, ""]
+    return "\n".join(_HEADER + ["", "", *lines, "", "def body(%s):" % ("x, w" if body.sig == "x_w" else "x"),
+                                "    return %s" % call, ""])
+
+
+def _render_plain(body: Body) -> str:
+    lines = ["def body(x):"] + ["    " + s for s in _prologue(body, "2.0")]
+    items = []
+    for slot, (kind, variant) in enumerate(body.outs):
+        expr = _expand(kind, variant)[1][0]
+        name = ("m%d" if expr.startswith("*") else "o%d") % slot
+        if slot in body.nograd and kind not in ("x", "xm"):
+            lines += ["    with torch.no_grad():", "        %s = %s" % (name, expr.lstrip("*"))]
+        elif expr.isidentifier():
+            items.append(expr)
+            continue
+        else:
+            lines.append("    %s = %s" % (name, expr.lstrip("*")))
+        items.append(("*" if expr.startswith("*") else "") + name)
+    single = body.single and len(items) == 1 and not items[0].startswith("*")
+    lines.append("    return " + _returned(items, single))
+    return "\n".join(_HEADER + ["", "", *lines, ""])
+
+
+_HEADER = [
+    "import numpy as np",
+    "import torch",
+    "",
+    "LOG = []",
+    "",
+    "",
+    "@torch.compiler.disable",
+    "def disabled_rows(t):",
+    "    return t.shape[0]",
+]
+
+
+def render(body: Body) -> str:
+    return _render_function(body) if body.kind == "function" else _render_plain(body)
+
+
+# ---------------------------------------------------------------------------------------------
+# Drawing bodies
+# ---------------------------------------------------------------------------------------------
+
+
+def _draw_outs(rng, function):
+    kinds = ["x", "xv", "xs", "xm", "y", "yv", "ys", "yd", "ydv", "z"] + (["n"] if function else [])
+    weights = [3, 5, 2, 2, 4, 5, 3, 3, 2, 2] + ([1] if function else [])
+    n = rng.choice((1, 1, 2, 2, 2, 3))
+    outs = []
+    for _ in range(n):
+        kind = rng.choices(kinds, weights)[0]
+        if kind == "xm" and (outs or _needs(outs, "x", "xv", "xs")):
+            kind = "xv"  # an in-place input comes first, and once
+        outs.append((kind, rng.randrange(12)))
+    if outs[0][0] == "n":
+        outs[0] = ("y", 0)
+    return tuple(outs)
+
+
+def draw_body(index: int) -> Body:
+    rng = random.Random("%d-body-%d" % (SEED, index))
+    function = rng.random() < 0.75
+    outs = _draw_outs(rng, function)
+    if not function:
+        nograd = tuple(i for i in range(len(outs)) if rng.random() < 0.3)
+        body = Body(index, "plain", outs, single=rng.random() < 0.5, nograd=nograd)
+        return Body(**{**body.__dict__, "source": render(body)})
+    style = rng.choice(STYLES)
+    tensor_slots = [i for i, (k, _) in enumerate(outs) if k != "n"]
+    nondiff = tuple(i for i in tensor_slots if rng.random() < 0.5)
+    body = Body(
+        index, "function", outs, style=style,
+        sig=rng.choices(SIGNATURES, (4, 2, 2, 1, 1))[0],
+        nondiff=nondiff,
+        dirty=_needs(outs, "xm") and rng.random() < 0.8,
+        save=rng.choices(SAVES, (3, 2, 2, 1))[0],
+        materialize=rng.random() < 0.8,
+        needs_input_grad=rng.random() < 0.3,
+        side=rng.choices(SIDE_EFFECTS, (6, 1, 1, 1, 1))[0],
+        single=rng.random() < 0.5,
+    )
+    return Body(**{**body.__dict__, "source": render(body)})
+
+
+# ---------------------------------------------------------------------------------------------
+# Callers and runners
+# ---------------------------------------------------------------------------------------------
+
+GRAD_MODES = ("grad", "no_grad", "no_grad_inner", "inference_mode")
+# The inputs the body gets: a leaf that requires grad, one that does not, a non-leaf, an
+# nn.Parameter, a slice of one, a __torch_function__ subclass, a __torch_dispatch__ wrapper
+# subclass (TwoTensor), an integer tensor.
+INPUTS = ("leaf", "leaf_norg", "nonleaf", "param", "param_slice", "tf_subclass", "twotensor")
+# What wraps the call: nothing; a graph break before or after the body's call (compiled runners);
+# torch.utils.checkpoint; a module with a full backward hook; torch.func transforms over the
+# runner's function.
+WRAPPERS = ("none", "graph_break", "checkpoint", "checkpoint_reentrant", "module_hook",
+            "func_grad", "func_vjp", "func_jacrev", "func_jvp", "func_vmap")
+# How it runs. _fg: fullgraph=True; _dyn: dynamic=True.
+RUNNERS = ("eager", "compile_eager", "compile_eager_fg", "compile_eager_dyn", "aot_eager", "aot_eager_fg",
+           "aot_eager_dyn", "inductor", "inductor_fg", "inductor_dyn", "aot_function", "export_strict",
+           "export", "aot_export_joint")
+COMPILED = RUNNERS[1:]
+
+
+@dataclass(frozen=True)
+class Program:
+    body: Body
+    grad: str
+    inputs: str
+    wrapper: str
+    runner: str
+
+    @property
+    def caller(self) -> str:
+        return "%s.%s.%s" % (self.grad, self.inputs, self.wrapper)
+
+    @property
+    def id(self) -> str:
+        return "%s.%s.%s" % (self.body.name, self.caller, self.runner)
+
+
+def _caller_ok(body, grad, inputs, wrapper):
+    if wrapper.startswith("func_") and (inputs not in ("leaf", "leaf_norg") or grad == "inference_mode"):
+        return False  # transforms over subclasses or inference tensors: outside this family
+    if wrapper == "module_hook" and inputs not in ("leaf", "nonleaf", "param"):
+        return False
+    if inputs == "twotensor" and wrapper != "none":
+        return False
+    return True
+
+
+def _runner_ok(runner, wrapper, grad):
+    if runner.startswith("export") or runner == "aot_export_joint":
+        return wrapper == "none" and grad in ("grad", "no_grad_inner")
+    if wrapper == "graph_break" and (runner == "aot_function" or runner.endswith("_fg")):
+        return False  # no graph to break, or one that must not break
+    return True
+
+
+# Runner weights: inductor compiles C++ for each new graph (seconds each on two cores).
+RUNNER_WEIGHTS = {"eager": 0, "compile_eager": 6, "compile_eager_fg": 5, "compile_eager_dyn": 2, "aot_eager": 6,
+                  "aot_eager_fg": 5, "aot_eager_dyn": 2, "inductor": 1.2, "inductor_fg": 0.6, "inductor_dyn": 0.4,
+                  "aot_function": 3, "export_strict": 1, "export": 1, "aot_export_joint": 1}
+WRAPPER_WEIGHTS = {"none": 14, "graph_break": 3, "checkpoint": 1.5, "checkpoint_reentrant": 1.5, "module_hook": 2,
+                   "func_grad": 1, "func_vjp": 1.5, "func_jacrev": 1, "func_jvp": 1, "func_vmap": 1}
+GRAD_WEIGHTS = {"grad": 5, "no_grad": 3, "no_grad_inner": 2, "inference_mode": 1}
+INPUT_WEIGHTS = {"leaf": 8, "leaf_norg": 2, "nonleaf": 2, "param": 2, "param_slice": 2, "tf_subclass": 1,
+                 "twotensor": 1}
+
+
+def _pick(rng, weights):
+    return rng.choices(list(weights), list(weights.values()))[0]
+
+
+def programs_of(body: Body, callers: int, runners: int) -> list[Program]:
+    """The programs of one body: CALLERS callers, each with eager and RUNNERS compiled runners."""
+    rng = random.Random("%d-programs-%d" % (SEED, body.index))
+    out, seen = [], set()
+    for _ in range(callers * 4):
+        if len(seen) == callers:
+            break
+        grad, inputs, wrapper = _pick(rng, GRAD_WEIGHTS), _pick(rng, INPUT_WEIGHTS), _pick(rng, WRAPPER_WEIGHTS)
+        if (grad, inputs, wrapper) in seen or not _caller_ok(body, grad, inputs, wrapper):
+            continue
+        seen.add((grad, inputs, wrapper))
+        chosen = ["eager"]
+        for _ in range(runners * 4):
+            if len(chosen) == runners + 1:
+                break
+            runner = _pick(rng, RUNNER_WEIGHTS)
+            if runner not in chosen and _runner_ok(runner, wrapper, grad):
+                chosen.append(runner)
+        out += [Program(body, grad, inputs, wrapper, r) for r in chosen]
+    return out
+
+
+def corpus(bodies: int = 600, callers: int = 3, runners: int = 2) -> list[Program]:
+    """The whole corpus, in a fixed order."""
+    return [p for i in range(bodies) for p in programs_of(draw_body(i), callers, runners)]
+
+
+def quick(programs: list[Program], every: int = 10) -> list[Program]:
+    """The quick subset: every EVERY-th body's programs, whole."""
+    return [p for p in programs if p.body.index % every == 0]

@@ -1,0 +1,176 @@
+"""Intended changes: for each patch, the differences from stock its message promises.
+
+Each rule belongs to one patch and is the machine form of a sentence of that patch's message (its
+BC-breaking note, or docs/known-differences.md): a difference that no rule covers, and that is
+not a compiled program now agreeing with eager (compare.py), is a regression. A rule takes the
+program (programs.Program), the observable's path, its stock and stack values, and both sides'
+records of the program and of its eager run; it returns whether it covers the difference.
+
+RULES lists (patch, name, rule); only the rules of the patches in the stack under test count
+(differential.py --prefix).
+"""
+
+from __future__ import annotations
+
+import re
+
+RULES: list = []
+
+
+def rule(patch: str, name: str):
+    def deco(fn):
+        RULES.append((patch, name, fn))
+        return fn
+    return deco
+
+
+ACTIVE: set | None = None  # the patches under test (file names); None: all
+
+
+def covering(program, path, stock_value, stack_value, stock, stack, eager_stock, eager_stack):
+    """The name of the first active rule that covers this difference, or None."""
+    for patch, name, fn in RULES:
+        if ACTIVE is not None and patch not in ACTIVE:
+            continue
+        if fn(program, path, stock_value, stack_value, stock, stack, eager_stock, eager_stack):
+            return "%s: %s" % (patch[:4], name)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths
+# ---------------------------------------------------------------------------------------------
+
+_OUT = re.compile(r"^out\[(\d+)\]\.(\w+)$")
+_GRAD_OF = re.compile(r"^grad\(out\[(\d+)\]\)$")
+_INPLACE = re.compile(r"^(inplace|inplace_no_grad)\[(\d+)\](?:\.grad\(out\[(\d+)\]\))?$")
+
+
+def parse(path: str):
+    """(what, output index, attribute or other output index): `out[1].is_view` -> ("out", 1,
+    "is_view"); `grad(out[1])` -> ("grad", 1, None); `inplace[1].grad(out[0])` -> ("inplace",
+    1, 0); anything else -> (path, None, None)."""
+    m = _OUT.match(path)
+    if m:
+        return "out", int(m.group(1)), m.group(2)
+    m = _GRAD_OF.match(path)
+    if m:
+        return "grad", int(m.group(1)), None
+    m = _INPLACE.match(path)
+    if m:
+        return m.group(1), int(m.group(2)), None if m.group(3) is None else int(m.group(3))
+    return path, None, None
+
+
+AOT_RUNNERS = ("aot_function", "aot_eager", "aot_eager_fg", "aot_eager_dyn", "inductor", "inductor_fg",
+               "inductor_dyn")
+
+
+def raised(value) -> bool:
+    return isinstance(value, str) and value.startswith("raise ")
+
+
+# ---------------------------------------------------------------------------------------------
+# 0001 [autograd] Detach marked non-differentiable views that require grad
+# ---------------------------------------------------------------------------------------------
+
+P0001 = "0001-autograd-Detach-marked-non-differentiable-views-that-require-grad.patch"
+
+
+def detached_marked_view(program, i, stock, stack) -> bool:
+    """Output I is one the Function marked non-differentiable, was a view requiring grad on
+    stock, and is a detached alias with the stack: not a view, no grad_fn, no grad."""
+    from programs import marked_positions
+
+    return (i in marked_positions(program.body)
+            and stock.get("out[%d].is_view" % i) is True and stock.get("out[%d].requires_grad" % i) is True
+            and stack.get("out[%d].is_view" % i) is False and stack.get("out[%d].requires_grad" % i) is False
+            and stack.get("out[%d].grad_fn" % i) is None and stack.get("out[%d].base" % i) is None)
+
+
+# What the alias is, observable by observable ("A view output ... that ctx.mark_non_differentiable()
+# was passed and that requires grad is now returned as a detached alias of the view: it does not
+# require grad, out._is_view() is False and out._base is None").
+_ALIAS = {"requires_grad": False, "is_view": False, "base": None, "grad_fn": None, "is_leaf": True}
+
+
+def _detached_outputs(program, stock, stack):
+    from programs import marked_positions
+
+    return [i for i in sorted(marked_positions(program.body)) if detached_marked_view(program, i, stock, stack)]
+
+
+@rule(P0001, "a marked view that requires grad is returned as a detached alias")
+def marked_view_detached(program, path, a, b, stock, stack, eager_stock, eager_stack):
+    if program.runner != "eager" or program.body.kind != "function":
+        return False
+    detached = _detached_outputs(program, stock, stack)
+    if not detached:
+        return False
+    what, i, attr = parse(path)
+    if what == "out" and i in detached:
+        if attr in _ALIAS:
+            return b == _ALIAS[attr]
+        # "For a Tensor subclass that only overrides __torch_function__, the alias is a plain
+        # torch.Tensor"
+        return attr == "type" and b == "Tensor" and program.inputs == "tf_subclass"
+    if what == "grad" and i in detached:
+        # "Calling backward through such an output alone now raises": it is not differentiable
+        return b == "n/a"
+    if what in ("inplace", "inplace_no_grad"):
+        if attr is None:
+            # "In-place operations on it are allowed (before, they raised, as on any view of a
+            # leaf that requires grad or a view returned by a custom Function)"
+            return i in detached and raised(a) and b == "ok"
+        if attr in detached:  # backward through the alias: there is none
+            return b == "n/a"
+        # After an in-place on it, which now succeeds, backward through the other outputs is
+        # what eager makes of a modified base ("they still bump the version counter of its
+        # base, so saved-tensor checks still fire").
+        return i in detached and raised(stock.get("%s[%d]" % (what, i))) and a == "n/a"
+    return False
+
+
+@rule(P0001, "a module's full backward hooks no longer see the detached alias")
+def module_hook_without_alias(program, path, a, b, stock, stack, eager_stock, eager_stack):
+    """BackwardHookFunction wraps only the outputs that require grad: the hook gets no gradient
+    for the alias, what the module returns for it does not require grad, and its other outputs
+    are no longer views of a multi-output BackwardHookFunction (an in-place on one still raises,
+    naming the custom Function)."""
+    from programs import marked_positions
+
+    if program.runner != "eager" or program.wrapper != "module_hook" or program.body.kind != "function":
+        return False
+    detached = [i for i in sorted(marked_positions(program.body))
+                if stock.get("out[%d].requires_grad" % i) is True and stack.get("out[%d].requires_grad" % i) is False]
+    if not detached:
+        return False
+    what, i, attr = parse(path)
+    if what == "hooks":
+        return True
+    if what == "out" and i in detached:
+        return attr in ("requires_grad", "grad_fn", "is_leaf") and b == _ALIAS[attr]
+    if what == "grad" and i in detached:
+        return b == "n/a"
+    if what in ("inplace", "inplace_no_grad"):
+        if attr is None and i in detached:
+            return raised(a) and b == "ok"
+        if attr is None:
+            return raised(a) and raised(b) and "returns multiple views" in a and "created inside a custom Function" in b
+        if attr in detached:
+            return b == "n/a"
+        return raised(a) and raised(b) and "returns multiple views" in a and "created inside a custom Function" in b
+    return False
+
+
+@rule(P0001, "AOTAutograd traces a marked view of a __torch_function__ subclass as the alias")
+def traced_alias_of_subclass_view(program, path, a, b, stock, stack, eager_stock, eager_stack):
+    """AOTAutograd traces the Function on plain tensors, where this patch returns the marked
+    view as a detached alias: the compiled output is that alias (not a view, not requiring
+    grad), where eager, going through the subclass's __torch_function__, returns an as_subclass
+    view of it."""
+    if program.inputs != "tf_subclass" or program.runner not in AOT_RUNNERS or program.body.kind != "function":
+        return False
+    what, i, attr = parse(path)
+    return (what == "out" and detached_marked_view(program, i, stock, stack) and attr in _ALIAS
+            and b == _ALIAS[attr])
