@@ -37,7 +37,7 @@ from ndvstack.layers import DEFAULT_OVERLAY_SRC  # noqa: E402
 from ndvstack.overlay import default_cache  # noqa: E402
 from ndvstack.stack import DEFAULT_PATCHES, REPO_ROOT, Stack  # noqa: E402
 
-OBSERVE = HERE / "observe.py"
+CORPUS_FILES = ("programs.py", "observe.py")  # what a side's processes run, copied for the run
 SIDES = ("stock", "stack")
 
 
@@ -82,15 +82,16 @@ def stock_key(name: str) -> str:
     import importlib.metadata
 
     digest = hashlib.sha256(name.encode())
-    for path in (HERE / "programs.py", OBSERVE):
-        digest.update(path.read_bytes())
+    for name in CORPUS_FILES:
+        digest.update((HERE / name).read_bytes())
     digest.update(importlib.metadata.version("torch").encode())
     return digest.hexdigest()[:24]
 
 
 class Side:
-    def __init__(self, name: str, env: dict, folder: Path, jobs: int, args: list[str], total: int):
+    def __init__(self, name: str, env: dict, folder: Path, code: Path, jobs: int, args: list[str], total: int):
         self.name, self.env, self.folder, self.jobs, self.args, self.total = name, env, folder, jobs, args, total
+        self.code = code
         self.folder.mkdir(parents=True, exist_ok=True)
         self.env = {**env, **run.private_inductor_env(folder / "inductor")}
         self.procs: dict[int, subprocess.Popen] = {}
@@ -103,7 +104,7 @@ class Side:
         return sum(_lines(self.out(k)) for k in range(self.jobs))
 
     def start(self, shard: int, skip: int = 0) -> None:
-        command = [sys.executable, str(OBSERVE), *self.args, "--shard", f"{shard}/{self.jobs}",
+        command = [sys.executable, str(self.code / "observe.py"), *self.args, "--shard", f"{shard}/{self.jobs}",
                    "--start", str(skip), "--out", str(self.out(shard))]
         with open(self.folder / f"shard-{shard}.log", "a") as err:
             self.procs[shard] = subprocess.Popen(command, env=self.env, stdout=subprocess.DEVNULL, stderr=err)
@@ -286,6 +287,12 @@ def main(argv=None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="ndv-differential-") as tmp:
         tmp = Path(tmp)
+        # The sides run a copy of the corpus's code: an edit during a run does not reach a
+        # process that starts (or restarts) later in it.
+        code = tmp / "code"
+        code.mkdir()
+        for name in CORPUS_FILES:
+            shutil.copy2(HERE / name, code / name)
         stack, overlay_src = stack_under_test(a.prefix, a.series_at, tmp)
         rules.ACTIVE = set(stack.series())
         stock_env = run.environment(stack, stock=True)
@@ -296,10 +303,10 @@ def main(argv=None) -> int:
         cached = cache / "stock.jsonl" if cache else None
         sides = []
         if cached is None or a.no_cache or a.stock_vs_stock or not cached.exists():
-            sides.append(Side("stock", stock_env, tmp / "stock", a.jobs, args, len(programs)))
+            sides.append(Side("stock", stock_env, tmp / "stock", code, a.jobs, args, len(programs)))
         else:
             log(f"differential: stock's records from the cache ({cached})")
-        sides.append(Side("stack", stack_env, tmp / "stack", a.jobs, args, len(programs)))
+        sides.append(Side("stack", stack_env, tmp / "stack", code, a.jobs, args, len(programs)))
         run_sides(sides)
         by_side = {s.name: s.records() for s in sides}
         if "stock" in by_side:

@@ -180,6 +180,8 @@ class Inputs:
         if program.wrapper == "func_vmap":
             self.args = [a.detach().unsqueeze(0).expand(3, 2, 3).clone().requires_grad_(a.requires_grad)
                          for a in self.args]
+        if program.body.sig == "x_closure":  # the global W the body's forward reads
+            self.leaves.append(sys.modules["ndv_corpus_%s" % program.body.name].W)
         self.named = {id(t): "in[%d]" % i for i, t in enumerate(self.args)}
         for i, t in enumerate(self.leaves):
             self.named.setdefault(id(t), "leaf[%d]" % i)
@@ -354,11 +356,17 @@ def _differentiable(t):
 
 
 def _grads(outputs, leaves, create_graph=False):
+    """The gradients of the sum of OUTPUTS with respect to LEAVES, by .backward() (the reentrant
+    checkpoint refuses autograd.grad): (their values or the error, the gradients)."""
+    for leaf in leaves:
+        leaf.grad = None
     try:
-        total = sum(o.sum() for o in outputs)
-        gs = torch.autograd.grad(total, leaves, allow_unused=True, create_graph=create_graph)
+        sum(o.sum() for o in outputs).backward(create_graph=create_graph)
     except Exception as e:  # noqa: BLE001
         return error(e), None
+    gs = [leaf.grad for leaf in leaves]
+    for leaf in leaves:
+        leaf.grad = None
     return [None if g is None else values(g) for g in gs], gs
 
 
@@ -384,7 +392,10 @@ def observe(program: P.Program, folder: str) -> dict:
     if obs["run"] == "ok" and runnable.fn is not None:
         _observe_call(obs, inputs, out)
         if not program.wrapper.startswith("func_"):
-            _observe_fresh_calls(obs, runnable, P.marked_positions(program.body))
+            try:
+                _observe_fresh_calls(obs, runnable, P.marked_positions(program.body))
+            except Exception as e:  # noqa: BLE001  (the first call passed, a repeat raised)
+                obs["repeat"] = error(e)
     obs["hooks"] = runnable.hooks.calls
     counters = torch._dynamo.utils.counters
     obs["dynamo.frames"] = [counters["frames"]["total"], counters["frames"]["ok"]]
@@ -446,25 +457,27 @@ def _observe_fresh_calls(obs, runnable, marked):
                                     if _differentiable(outs[i]) and inputs.leaves else "n/a")
     for mode in ("inplace", "inplace_no_grad"):
         for i in tensors:
-            inputs, outs = fresh()
             key = "%s[%d]" % (mode, i)
-            try:
-                with torch.no_grad() if mode == "inplace_no_grad" else contextlib.nullcontext():
-                    outs[i].add_(1)
-                obs[key] = "ok"
-            except Exception as e:  # noqa: BLE001
-                obs[key] = error(e)
+            inputs, outs = fresh()
+            obs[key] = _inplace(outs[i], mode)
             for j in tensors:
                 after = "%s.grad(out[%d])" % (key, j)
                 obs[after] = "n/a"
                 if obs[key] != "ok":
                     continue
-                if j != i:
-                    inputs, outs = fresh()
-                    with torch.no_grad() if mode == "inplace_no_grad" else contextlib.nullcontext():
-                        outs[i].add_(1)
+                inputs, outs = fresh()  # each gradient after an in-place change on a call of its own
+                _inplace(outs[i], mode)
                 if _differentiable(outs[j]) and inputs.leaves:
                     obs[after] = _grads([outs[j]], inputs.leaves)[0]
+
+
+def _inplace(t, mode):
+    try:
+        with torch.no_grad() if mode == "inplace_no_grad" else contextlib.nullcontext():
+            t.add_(1)
+        return "ok"
+    except Exception as e:  # noqa: BLE001
+        return error(e)
 
 
 # ---------------------------------------------------------------------------------------------

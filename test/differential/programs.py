@@ -44,8 +44,9 @@ DETACHED = ("y.detach()", "y.detach()[0]", "y.view(-1).detach()", "y.detach().vi
 
 STYLES = ("ctx", "setup")  # forward(ctx, ...), or forward(...) + setup_context(ctx, inputs, output)
 # forward's signature and how the body calls it: x; x and a default k, called with x alone, or
-# with k by keyword; a second tensor w; an int n returned as an output too.
-SIGNATURES = ("x", "x_default", "x_keyword", "x_w", "x_n")
+# with k by keyword; a second tensor w; an int n returned as an output too; x alone, forward
+# reading a global tensor W that requires grad (a closed-over parameter).
+SIGNATURES = ("x", "x_default", "x_keyword", "x_w", "x_n", "x_closure")
 SAVES = ("none", "input", "output", "inter")  # what goes to ctx.save_for_backward
 SIDE_EFFECTS = ("none", "print", "append", "disabled", "numpy")  # in setup_context (or forward)
 
@@ -109,7 +110,7 @@ def _prologue(body: Body, scale: str) -> list[str]:
     if _needs(body.outs, "xm"):
         stmts.append("x.mul_(2)")
     if _needs(body.outs, "y", "yv", "ys", "yd", "ydv") or body.save == "inter":
-        stmts.append("y = (x * %s).exp()" % ("w" if body.sig == "x_w" else scale))
+        stmts.append("y = (x * %s).exp()" % {"x_w": "w", "x_closure": "W"}.get(body.sig, scale))
     if _needs(body.outs, "z"):
         stmts.append("z = x.sin()")
     return stmts
@@ -162,6 +163,7 @@ _SIG = {  # forward's parameters, the call, forward's tensor-or-not inputs, setu
     "x_keyword": ("x, k=2.0", "F.apply(x, k=3.0)", "x, k = inputs"),
     "x_w": ("x, w", "F.apply(x, w)", "x, w = inputs"),
     "x_n": ("x, n", "F.apply(x, 2)", "x, n = inputs"),
+    "x_closure": ("x", "F.apply(x)", "(x,) = inputs"),
 }
 _SIDE = {
     "none": [],
@@ -174,7 +176,7 @@ _SIDE = {
 
 def _render_function(body: Body) -> str:
     params, call, unpack = _SIG[body.sig]
-    n_inputs = 1 if body.sig == "x" else 2
+    n_inputs = 1 if body.sig in ("x", "x_closure") else 2
     setup = body.style == "setup"
     stmts = _prologue(body, "k" if body.sig in ("x_default", "x_keyword") else "2.0")
     bind, items, positions = _bind_slots(body, ("n",) if body.sig == "x_n" else ())
@@ -259,6 +261,7 @@ _HEADER = [
     "import torch",
     "",
     "LOG = []",
+    "W = torch.randn(2, 3, generator=torch.Generator().manual_seed(1)).requires_grad_()",
     "",
     "",
     "@torch.compiler.disable",
@@ -304,7 +307,7 @@ def draw_body(index: int) -> Body:
     nondiff = tuple(i for i in tensor_slots if rng.random() < 0.5)
     body = Body(
         index, "function", outs, style=style,
-        sig=rng.choices(SIGNATURES, (4, 2, 2, 1, 1))[0],
+        sig=rng.choices(SIGNATURES, (4, 2, 2, 1, 1, 2))[0],
         nondiff=nondiff,
         dirty=_needs(outs, "xm") and rng.random() < 0.8,
         save=rng.choices(SAVES, (3, 2, 2, 1))[0],

@@ -174,3 +174,45 @@ def traced_alias_of_subclass_view(program, path, a, b, stock, stack, eager_stock
     what, i, attr = parse(path)
     return (what == "out" and detached_marked_view(program, i, stock, stack) and attr in _ALIAS
             and b == _ALIAS[attr])
+
+
+def _op_counts(ops) -> dict:
+    counts = {}
+    for item in ops if isinstance(ops, list) else ():
+        name, _, n = item.rpartition(" x")
+        counts[name] = int(n)
+    return counts
+
+
+@rule(P0001, "an exported graph gains aten.detach for a marked view that requires grad")
+def exported_detach(program, path, a, b, stock, stack, eager_stock, eager_stack):
+    """"exported graphs gain aten.detach for it": export traces the Function in eager, where the
+    marked view is now detached."""
+    if path != "graph.ops" or program.body.kind != "function" or not program.body.nondiff:
+        return False
+    before, after = _op_counts(a), _op_counts(b)
+    detach = "aten.detach.default"
+    others_same = {k: v for k, v in before.items() if k != detach} == {k: v for k, v in after.items() if k != detach}
+    return others_same and after.get(detach, 0) > before.get(detach, 0)
+
+
+@rule(P0001, "a Function returning an inner Function's marked view returns a non-view")
+def outer_function_returns_alias(program, path, a, b, stock, stack, eager_stock, eager_stack):
+    """"A Function that returns, unmarked, the marked view of an inner Function now returns a
+    non-view there: in-place on it no longer raises the error for views returned by a custom
+    Function." The reentrant checkpoint is such a Function (CheckpointFunction): it returns the
+    alias as an output of its own, which requires grad, is not a view, and can be modified in
+    place."""
+    from programs import marked_positions
+
+    if program.runner != "eager" or program.wrapper != "checkpoint_reentrant" or program.body.kind != "function":
+        return False
+    returned = [i for i in sorted(marked_positions(program.body))
+                if stock.get("out[%d].is_view" % i) is True and stack.get("out[%d].is_view" % i) is False
+                and stack.get("out[%d].base" % i) is None]
+    what, i, attr = parse(path)
+    if what == "out" and i in returned:
+        return attr in ("is_view", "base")
+    if what in ("inplace", "inplace_no_grad") and attr is None:
+        return i in returned and raised(a) and b == "ok"
+    return False
