@@ -20,6 +20,7 @@
 // it wins their symbol lookup; each calls its original (dlsym(RTLD_NEXT)) and then, every
 // output's history and forward grad being set, applies the patch's loop.
 #include <atomic>
+#include <unordered_map>
 
 #include <c10/core/AutogradState.h>
 #include <c10/util/irange.h>
@@ -49,21 +50,26 @@ const Variable& input_at(at::ArrayRef<const Variable*> inputs, size_t i) {
   return *inputs[i];
 }
 
-// The [autograd] patch's _detach_non_differentiable_views(), exactly.
+// _wrap_outputs_impl's inputs_mapping: the defined inputs, by TensorImpl.
 template <typename InputVarsType>
+std::unordered_map<at::TensorImpl*, size_t> inputs_mapping_of(const InputVarsType& input_vars) {
+  std::unordered_map<at::TensorImpl*, size_t> inputs_mapping;
+  inputs_mapping.reserve(input_vars.size());
+  for (const auto i : c10::irange(input_vars.size())) {
+    const auto& input_var = input_at(input_vars, i);
+    if (input_var.defined()) {
+      inputs_mapping.emplace(input_var.unsafeGetTensorImpl(), i);
+    }
+  }
+  return inputs_mapping;
+}
+
+// The [autograd] patch's _detach_non_differentiable_views(), exactly.
 void detach_non_differentiable_views(
-    const InputVarsType& input_vars,
+    const std::unordered_map<at::TensorImpl*, size_t>& inputs_mapping,
     const std::unordered_set<at::TensorImpl*>& non_differentiable,
     const at::ArrayRef<std::optional<Variable>> raw_outputs,
     optional_variable_list& outputs) {
-  auto is_input = [&](const at::TensorImpl* impl) {
-    for (const auto j : c10::irange(input_vars.size())) {
-      if (input_at(input_vars, j).unsafeGetTensorImpl() == impl) {
-        return true;
-      }
-    }
-    return false;
-  };
   for (const auto i : c10::irange(outputs.size())) {
     auto& out = outputs[i];
     if (!out.has_value() || !out->is_view()) {
@@ -71,7 +77,7 @@ void detach_non_differentiable_views(
     }
     auto* out_tensor_impl = raw_outputs[i]->unsafeGetTensorImpl();
     if (!non_differentiable.contains(out_tensor_impl) ||
-        is_input(out_tensor_impl)) {
+        inputs_mapping.contains(out_tensor_impl)) {
       continue;
     }
     if (!out->requires_grad() &&
@@ -112,7 +118,7 @@ optional_variable_list _wrap_outputs(
       jvp_user_function, to_save_if_setup_context, view_as_self_fn, pure_view,
       attached_node);
   if (!non_differentiable.empty()) {
-    detach_non_differentiable_views(input_vars, non_differentiable, raw_outputs, outputs);
+    detach_non_differentiable_views(inputs_mapping_of(input_vars), non_differentiable, raw_outputs, outputs);
   }
   return outputs;
 }
@@ -136,7 +142,7 @@ optional_variable_list _wrap_outputs(
       jvp_user_function, to_save_if_setup_context, view_as_self_fn, pure_view,
       attached_node);
   if (!non_differentiable.empty()) {
-    detach_non_differentiable_views(input_vars, non_differentiable, raw_outputs, outputs);
+    detach_non_differentiable_views(inputs_mapping_of(input_vars), non_differentiable, raw_outputs, outputs);
   }
   return outputs;
 }
