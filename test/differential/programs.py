@@ -189,7 +189,9 @@ def _render_function(body: Body) -> str:
             return ", ".join("output" if single else "output[%d]" % p for p in positions[slot])
         return items[slot]
 
-    ctx_calls = ["ctx.mark_non_differentiable(%s)" % ref(slot) for slot in body.nondiff]
+    # One call: a second ctx.mark_non_differentiable replaces what the first marked.
+    ctx_calls = ["ctx.mark_non_differentiable(%s)" % ", ".join(ref(slot) for slot in body.nondiff)] \
+        if body.nondiff else []
     if body.dirty:
         ctx_calls.append("ctx.mark_dirty(x)")
     save = body.save

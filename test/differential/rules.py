@@ -131,25 +131,34 @@ def marked_view_detached(program, path, a, b, stock, stack, eager_stock, eager_s
     return False
 
 
-@rule(P0001, "a module's full backward hooks no longer see the detached alias")
-def module_hook_without_alias(program, path, a, b, stock, stack, eager_stock, eager_stack):
-    """BackwardHookFunction wraps only the outputs that require grad: the hook gets no gradient
-    for the alias, what the module returns for it does not require grad, and its other outputs
-    are no longer views of a multi-output BackwardHookFunction (an in-place on one still raises,
-    naming the custom Function)."""
+def _newly_not_requiring_grad(program, stock, stack):
+    """The marked outputs that required grad on stock and do not with the stack."""
     from programs import marked_positions
 
+    return [i for i in sorted(marked_positions(program.body))
+            if stock.get("out[%d].requires_grad" % i) is True and stack.get("out[%d].requires_grad" % i) is False]
+
+
+@rule(P0001, "a module's full backward hooks no longer see the detached alias")
+def module_hook_without_alias(program, path, a, b, stock, stack, eager_stock, eager_stack):
+    """BackwardHookFunction wraps a module's outputs (as views of what the module computed) only
+    when one of them requires grad, and gives the hook a gradient only for those that do: the
+    hook gets none for the alias, what the module returns for the alias does not require grad,
+    and when no output requires grad any more, none is wrapped (not a view, no base). The
+    other outputs are no longer views of a multi-output BackwardHookFunction: an in-place on
+    one still raises, naming the custom Function."""
     if program.runner != "eager" or program.wrapper != "module_hook" or program.body.kind != "function":
         return False
-    detached = [i for i in sorted(marked_positions(program.body))
-                if stock.get("out[%d].requires_grad" % i) is True and stack.get("out[%d].requires_grad" % i) is False]
+    detached = _newly_not_requiring_grad(program, stock, stack)
     if not detached:
         return False
     what, i, attr = parse(path)
     if what == "hooks":
         return True
-    if what == "out" and i in detached:
-        return attr in ("requires_grad", "grad_fn", "is_leaf") and b == _ALIAS[attr]
+    if what == "out" and i in detached and attr in ("requires_grad", "grad_fn", "is_leaf"):
+        return b == _ALIAS[attr]
+    if what == "out" and attr in ("is_view", "base"):  # the hook's wrapping, not the program's view
+        return b in (False, None, "other")
     if what == "grad" and i in detached:
         return b == "n/a"
     if what in ("inplace", "inplace_no_grad"):
@@ -201,8 +210,10 @@ def outer_function_returns_alias(program, path, a, b, stock, stack, eager_stock,
     """"A Function that returns, unmarked, the marked view of an inner Function now returns a
     non-view there: in-place on it no longer raises the error for views returned by a custom
     Function." The reentrant checkpoint is such a Function (CheckpointFunction): it returns the
-    alias as an output of its own, which requires grad, is not a view, and can be modified in
-    place."""
+    alias as an output of its own, not a view, which can be modified in place. And "the
+    reentrant torch.utils.checkpoint fails with 'element 1 of tensors does not require grad
+    and does not have a grad_fn'" no longer: backward through the checkpoint works, and
+    through the alias alone raises (another message: the checkpoint's own)."""
     from programs import marked_positions
 
     if program.runner != "eager" or program.wrapper != "checkpoint_reentrant" or program.body.kind != "function":
@@ -210,9 +221,17 @@ def outer_function_returns_alias(program, path, a, b, stock, stack, eager_stock,
     returned = [i for i in sorted(marked_positions(program.body))
                 if stock.get("out[%d].is_view" % i) is True and stack.get("out[%d].is_view" % i) is False
                 and stack.get("out[%d].base" % i) is None]
+    if not returned:
+        return False
     what, i, attr = parse(path)
     if what == "out" and i in returned:
         return attr in ("is_view", "base")
     if what in ("inplace", "inplace_no_grad") and attr is None:
         return i in returned and raised(a) and b == "ok"
+    checkpoint_failed = raised(a) and "does not require grad and does not have a grad_fn" in a
+    if what in ("grad", "grad2", "inplace", "inplace_no_grad"):
+        target = i if what == "grad" else attr
+        if checkpoint_failed:
+            return True
+        return target in returned and raised(a) and raised(b)
     return False
