@@ -11,6 +11,7 @@ cd "$root"
 # ghstack's fake GitHub): no wheel build, no fresh venv, no compile against torch.
 quick=(test/test_apply.py test/test_basetree.py test/test_build.py test/test_cli.py test/test_export.py
        test/test_lint.py test/test_progress.py test/test_status.py test/test_submit.py test/test_workflows.py
+       test/differential/test_differential.py
        --deselect test/test_cli.py::test_first_use_creates_the_venv_with_the_pins_and_reuses_it)
 case "${1:-}" in
   -h | --help)

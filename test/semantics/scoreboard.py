@@ -105,6 +105,9 @@ def ab(json_out=None, write_known=None):
     broken = sum(1 for p in stack if stack[p] and not stock.get(p))
     print("%d pairs: %d differ on stock, %d with the stack; the stack fixes %d and breaks %d"
           % (len(stock), sum(map(bool, stock.values())), sum(map(bool, stack.values())), fixed, broken))
+    for side in SIDES:
+        counts = class_counts(results[side])
+        print("  differing pairs on %s by class: %s" % (side, ", ".join("%s %d" % (c, counts[c]) for c in PAIR_CLASSES)))
     if json_out:
         with open(json_out, "w") as f:
             json.dump({side: [{"case": c, "mode": m, "diffs": d} for (c, m), d in r.items()]
@@ -113,6 +116,42 @@ def ab(json_out=None, write_known=None):
         for side in SIDES:
             write_known_file(os.path.join(write_known, f"known_failures_{side}.txt"), results[side],
                              HEADERS[side], torch.__version__)
+
+
+# How a differing pair differs, the worst of its differences first: a gradient observation that
+# differs while neither side raises; an error eager raises that compiled code does not; one
+# compiled code raises that eager does not; anything else (requires_grad, grad_fn, views, ...).
+PAIR_CLASSES = ("wrong gradient", "missed error", "spurious error", "metadata only")
+
+
+def _sides(diff):
+    """(eager's, compiled's) value of one difference `<observation>: eager=<a> compiled=<b>`."""
+    _, _, rest = diff.partition(": eager=")
+    eager, _, compiled = rest.partition(" compiled=")
+    return eager, compiled
+
+
+def pair_class(diffs):
+    def is_gradient(d):
+        return ("grads" in d or "then grad(" in d) and "raise" not in d
+
+    if any(is_gradient(d) for d in diffs):
+        return "wrong gradient"
+    sides = [_sides(d) for d in diffs if " compiled=" in d]
+    if any(e.startswith("raise") and not c.startswith("raise") for e, c in sides):
+        return "missed error"
+    if any(c.startswith("raise") and not e.startswith("raise") for e, c in sides):
+        return "spurious error"
+    return "metadata only"
+
+
+def class_counts(results):
+    """{class: number of differing pairs} of RESULTS ({(case, mode): diffs})."""
+    counts = dict.fromkeys(PAIR_CLASSES, 0)
+    for diffs in results.values():
+        if diffs:
+            counts[pair_class(diffs)] += 1
+    return counts
 
 
 def write_known_file(path, results, header, torch_version):
