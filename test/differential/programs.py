@@ -37,10 +37,11 @@ OUT_KINDS = {
     "z": "an unrelated intermediate",
     "n": "a non-tensor (an int)",
 }
-X_VIEWS = ("x.view(-1)", "x[1:]", "x.t()", "x.view_as(x)")
-Y_VIEWS = ("y.view(-1)", "y[1:]", "y.t()", "y[0]")
+X_VIEWS = ("x.view(-1)", "x[1:]", "x.t()", "x.view_as(x)", "x[1:].view(-1)")
+Y_VIEWS = ("y.view(-1)", "y[1:]", "y.t()", "y[0]", "y.t()[1:]")
 MULTI = ("unbind(0)", "split(1)", "chunk(2)")
-DETACHED = ("y.detach()", "y.detach()[0]", "y.view(-1).detach()", "y.detach().view(-1)")
+DETACHED = ("y.detach()", "y.detach()[0]", "y.view(-1).detach()", "y.detach().view(-1)", "y.data",
+            "y.data.view(-1)")
 
 STYLES = ("ctx", "setup")  # forward(ctx, ...), or forward(...) + setup_context(ctx, inputs, output)
 # forward's signature and how the body calls it: x; x and a default k, called with x alone, or
@@ -92,7 +93,7 @@ def _expand(kind, variant):
     if kind == "yd":
         return [], [DETACHED[variant % len(DETACHED)]]
     if kind == "ydv":
-        return [], [DETACHED[2 + variant % 2]]
+        return [], [("y.view(-1).detach()", "y.detach().view(-1)", "y.data.view(-1)")[variant % 3]]
     if kind == "z":
         return [], ["z"]
     if kind == "n":
