@@ -6,9 +6,10 @@ is classified, in this order:
   fix         the program runs compiled (any runner but eager) and the stack's value is what
               eager gives with the stack: compiled code now agrees with eager where it did not
   intended    a rule of rules.py covers it: the machine form of one patch's BC note
-  stock-fails the program raised on stock where eager (with the stack) does not: it did not
-              work on stock, so nothing of it can regress (its other differences are not listed);
-              or the observation follows a step (an in-place change) that raised on stock
+  stock-fails a compiled program whose first call raised on stock: it did not work there, so
+              nothing of it can regress (its other differences are not listed), unless the
+              stack runs it where eager raises that same error; or the observation follows a
+              step (an in-place change) that raised on stock
   unintended  anything else: a regression until a patch's rule says otherwise
 
 When the first call raises on one side only (`run`), the observables that only the other side
@@ -111,8 +112,11 @@ def classify(program, stock: dict, stack: dict, eager_stock: dict | None, eager_
     eager program)."""
     found = []
     diffs = differences(stock, stack)
-    stock_fails = (program.runner != "eager" and eager_stack is not None and stock.get("run") != "ok"
-                   and eager_stack.get("run") == "ok")
+    # A compiled program whose first call raised on stock did not work there, unless the stack
+    # now runs it where eager raises the very same error (a missed error is a difference too).
+    stock_fails = (program.runner != "eager" and R.raised(stock.get("run"))
+                   and not (eager_stack is not None and same_check(eager_stack.get("run"), stock.get("run"))
+                            and not R.raised(stack.get("run"))))
     for path, a, b in diffs:
         if program.runner != "eager" and eager_stack is not None and _as_eager(path, b, stack, eager_stack):
             found.append(Difference(program.id, path, a, b, "fix"))

@@ -159,3 +159,14 @@ def test_path_parsing():
     assert rules.parse("inplace_no_grad[1].grad(out[0])") == ("inplace_no_grad", 1, 0)
     assert rules.parse("inplace[4]") == ("inplace", 4, None)
     assert rules.parse("dynamo.frames") == ("dynamo.frames", None, None)
+
+
+def test_a_compiled_program_that_raised_on_stock_is_not_a_regression_unless_eager_raises_the_same():
+    compiled = _program(_function([("y", 0)], nondiff=()), runner="compile_eager")
+    stock = {"run": "raise AssertionError: Expected fwd_out to be a BaseListVariable", "dynamo.frames": [1, 0]}
+    stack = {"run": "ok", "dynamo.frames": [1, 1]}
+    eager = {"run": "raise RuntimeError: functorch needs setup_context"}
+    assert {d.cls for d in compare.classify(compiled, stock, stack, eager, eager)} == {"stock-fails"}
+    # eager raises the very error stock raised, and the stack no longer does: a missed error
+    eager = {"run": stock["run"]}
+    assert "unintended" in {d.cls for d in compare.classify(compiled, stock, stack, eager, eager)}
