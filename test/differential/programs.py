@@ -50,6 +50,10 @@ STYLES = ("ctx", "setup")  # forward(ctx, ...), or forward(...) + setup_context(
 SIGNATURES = ("x", "x_default", "x_keyword", "x_w", "x_n", "x_closure")
 SAVES = ("none", "input", "output", "inter")  # what goes to ctx.save_for_backward
 SIDE_EFFECTS = ("none", "print", "append", "disabled", "numpy")  # in setup_context (or forward)
+# How forward computes its intermediate y: plainly; through an inner Function (one that returns
+# a new tensor, one that modifies its input in place and marks it dirty, a setup_context-style one
+# that appends to LOG); inside a torch.enable_grad() block; after a graph break.
+INNER = ("none", "nested", "nested_dirty", "nested_setup", "enable_grad", "graph_break")
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,7 @@ class Body:
     needs_input_grad: bool = False  # backward returns None where ctx.needs_input_grad is False
     side: str = "none"
     single: bool = False  # one tensor output, returned bare (not in a tuple)
+    inner: str = "none"  # how forward computes y (INNER)
     nograd: tuple = ()  # plain: output slots computed under torch.no_grad()
     source: str = field(default="", compare=False)
 
@@ -111,7 +116,16 @@ def _prologue(body: Body, scale: str) -> list[str]:
     if _needs(body.outs, "xm"):
         stmts.append("x.mul_(2)")
     if _needs(body.outs, "y", "yv", "ys", "yd", "ydv") or body.save == "inter":
-        stmts.append("y = (x * %s).exp()" % {"x_w": "w", "x_closure": "W"}.get(body.sig, scale))
+        product = "x * %s" % {"x_w": "w", "x_closure": "W"}.get(body.sig, scale)
+        if body.inner == "graph_break":
+            stmts.append("torch._dynamo.graph_break()")
+        if body.inner == "enable_grad":
+            stmts += ["with torch.enable_grad():", "    y = (%s).exp()" % product]
+        elif body.inner.startswith("nested"):
+            inner = {"nested": "Inner", "nested_dirty": "InnerDirty", "nested_setup": "InnerSetup"}[body.inner]
+            stmts.append("y = %s.apply(%s).exp()" % (inner, product))
+        else:
+            stmts.append("y = (%s).exp()" % product)
     if _needs(body.outs, "z"):
         stmts.append("z = x.sin()")
     return stmts
@@ -270,6 +284,42 @@ _HEADER = [
     "@torch.compiler.disable",
     "def disabled_rows(t):",
     "    return t.shape[0]",
+    "",
+    "",
+    "class Inner(torch.autograd.Function):",
+    "    @staticmethod",
+    "    def forward(ctx, t):",
+    "        return t * 1.5",
+    "",
+    "    @staticmethod",
+    "    def backward(ctx, g):",
+    "        return g * 1.5",
+    "",
+    "",
+    "class InnerDirty(torch.autograd.Function):",
+    "    @staticmethod",
+    "    def forward(ctx, t):",
+    "        t.mul_(1.5)",
+    "        ctx.mark_dirty(t)",
+    "        return t",
+    "",
+    "    @staticmethod",
+    "    def backward(ctx, g):",
+    "        return g * 1.5",
+    "",
+    "",
+    "class InnerSetup(torch.autograd.Function):",
+    "    @staticmethod",
+    "    def forward(t):",
+    "        return t * 1.5",
+    "",
+    "    @staticmethod",
+    "    def setup_context(ctx, inputs, output):",
+    "        LOG.append(\"inner\")",
+    "",
+    "    @staticmethod",
+    "    def backward(ctx, g):",
+    "        return g * 1.5",
 ]
 
 
@@ -318,6 +368,7 @@ def draw_body(index: int) -> Body:
         needs_input_grad=rng.random() < 0.3,
         side=rng.choices(SIDE_EFFECTS, (6, 1, 1, 1, 1))[0],
         single=rng.random() < 0.5,
+        inner=rng.choices(INNER, (8, 1, 1, 1, 1, 1))[0],
     )
     return Body(**{**body.__dict__, "source": render(body)})
 

@@ -44,7 +44,8 @@ def test_every_axis_value_occurs():
         seen = {getattr(p, axis) for p in programs}
         assert set(values) <= seen, f"{axis}: never drawn: {sorted(set(values) - seen)}"
     bodies = [p.body for p in programs]
-    for axis, values in (("style", P.STYLES), ("sig", P.SIGNATURES), ("save", P.SAVES), ("side", P.SIDE_EFFECTS)):
+    for axis, values in (("style", P.STYLES), ("sig", P.SIGNATURES), ("save", P.SAVES), ("side", P.SIDE_EFFECTS),
+                         ("inner", P.INNER)):
         seen = {getattr(b, axis) for b in bodies if b.kind == "function"}
         assert set(values) <= seen, f"{axis}: never drawn: {sorted(set(values) - seen)}"
     kinds = {k for b in bodies for k, _ in b.outs}
