@@ -71,10 +71,10 @@ def raised(value) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------
-# 0001 [autograd] Detach marked non-differentiable views that require grad
+# [autograd] Detach marked non-differentiable views that require grad
 # ---------------------------------------------------------------------------------------------
 
-P0001 = "0001-autograd-Detach-marked-non-differentiable-views-that-require-grad.patch"
+AUTOGRAD = "0002-autograd-Detach-marked-non-differentiable-views-that-require-grad.patch"
 
 
 def detached_marked_view(program, i, stock, stack) -> bool:
@@ -100,7 +100,7 @@ def _detached_outputs(program, stock, stack):
     return [i for i in sorted(marked_positions(program.body)) if detached_marked_view(program, i, stock, stack)]
 
 
-@rule(P0001, "a marked view that requires grad is returned as a detached alias")
+@rule(AUTOGRAD, "a marked view that requires grad is returned as a detached alias")
 def marked_view_detached(program, path, a, b, stock, stack, eager_stock, eager_stack):
     if program.runner != "eager" or program.body.kind != "function":
         return False
@@ -139,7 +139,7 @@ def _newly_not_requiring_grad(program, stock, stack):
             if stock.get("out[%d].requires_grad" % i) is True and stack.get("out[%d].requires_grad" % i) is False]
 
 
-@rule(P0001, "a module's full backward hooks no longer see the detached alias")
+@rule(AUTOGRAD, "a module's full backward hooks no longer see the detached alias")
 def module_hook_without_alias(program, path, a, b, stock, stack, eager_stock, eager_stack):
     """BackwardHookFunction wraps a module's outputs (as views of what the module computed) only
     when one of them requires grad, and gives the hook a gradient only for those that do: the
@@ -172,7 +172,7 @@ def module_hook_without_alias(program, path, a, b, stock, stack, eager_stock, ea
     return False
 
 
-@rule(P0001, "AOTAutograd traces a marked view of a __torch_function__ subclass as the alias")
+@rule(AUTOGRAD, "AOTAutograd traces a marked view of a __torch_function__ subclass as the alias")
 def traced_alias_of_subclass_view(program, path, a, b, stock, stack, eager_stock, eager_stack):
     """AOTAutograd traces the Function on plain tensors, where this patch returns the marked
     view as a detached alias: the compiled output is that alias (not a view, not requiring
@@ -193,7 +193,7 @@ def _op_counts(ops) -> dict:
     return counts
 
 
-@rule(P0001, "an exported graph gains aten.detach for a marked view that requires grad")
+@rule(AUTOGRAD, "an exported graph gains aten.detach for a marked view that requires grad")
 def exported_detach(program, path, a, b, stock, stack, eager_stock, eager_stack):
     """"exported graphs gain aten.detach for it": export traces the Function in eager, where the
     marked view is now detached."""
@@ -205,7 +205,7 @@ def exported_detach(program, path, a, b, stock, stack, eager_stock, eager_stack)
     return others_same and after.get(detach, 0) > before.get(detach, 0)
 
 
-@rule(P0001, "a Function returning an inner Function's marked view returns a non-view")
+@rule(AUTOGRAD, "a Function returning an inner Function's marked view returns a non-view")
 def outer_function_returns_alias(program, path, a, b, stock, stack, eager_stock, eager_stack):
     """"A Function that returns, unmarked, the marked view of an inner Function now returns a
     non-view there: in-place on it no longer raises the error for views returned by a custom
