@@ -591,3 +591,13 @@ def test_a_stack_test_pytest_does_not_collect_by_its_id_is_a_failure_that_says_w
                             patched_python=patched)
     assert ("not collected: area/test_other.py: the stack's 1 tests: ERROR: not found: area/test_other.py::TestGeneric"
             "::test_on_device (no match in any of [<Module test_other.py>])") in out.getvalue().splitlines()
+
+
+def test_a_kept_test_must_pass_on_both_sides_a_new_one_fail_on_stock():
+    from ndvstack.upstream_tests import stack_test_verdict
+
+    assert stack_test_verdict("kept", "passed", "passed") == ""
+    assert "must pass there" in stack_test_verdict("kept", "failed", "passed")
+    assert "with the stack" in stack_test_verdict("kept", "passed", "failed")
+    assert "cannot show the fix" in stack_test_verdict("new", "passed", "passed")
+    assert stack_test_verdict("new", "failed", "passed") == ""

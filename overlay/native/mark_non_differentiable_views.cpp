@@ -23,6 +23,7 @@
 #include <unordered_map>
 
 #include <c10/core/AutogradState.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <c10/util/irange.h>
 #include <torch/csrc/autograd/forward_grad.h>
 
@@ -70,6 +71,11 @@ void detach_non_differentiable_views(
     const std::unordered_set<at::TensorImpl*>& non_differentiable,
     const at::ArrayRef<std::optional<Variable>> raw_outputs,
     optional_variable_list& outputs) {
+  if (c10::impl::TorchDispatchModeTLS::get_mode(
+          c10::impl::TorchDispatchModeKey::FUNCTIONAL)
+          .has_value()) {
+    return;
+  }
   for (const auto i : c10::irange(outputs.size())) {
     auto& out = outputs[i];
     if (!out.has_value() || !out->is_view()) {

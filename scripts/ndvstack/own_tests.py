@@ -79,11 +79,14 @@ class OwnTests:
     per_patch: dict[str, list[str]] = field(default_factory=dict)  # patch -> the ids it adds or changes
     new: list[str] = field(default_factory=list)      # ids DIR's text lacks
     changed: list[str] = field(default_factory=list)  # ids of DIR's text that the series changes
+    kept: set[str] = field(default_factory=set)       # new ids of what works on stock (patches/regression-tests)
 
     @property
     def kind(self) -> dict[str, str]:
-        """test id -> new / changed, for every test of the series."""
-        return {**{i: "changed" for i in self.changed}, **{i: "new" for i in self.new}}
+        """test id -> new / changed / kept, for every test of the series: a kept test is a new
+        one that pins what works on stock (it must pass on both sides)."""
+        return {**{i: "changed" for i in self.changed},
+                **{i: "kept" if i in self.kept else "new" for i in self.new}}
 
     def patch_of(self, test_id: str) -> str:
         """The last patch that adds or changes TEST_ID."""

@@ -20,6 +20,9 @@ DEFAULT_PATCHES = REPO_ROOT / "patches"
 BASE_FILE = "base.toml"
 SERIES_FILE = "series"
 ALLOWED_FILE = "allowed-paths"
+# Tests the stack adds that pin what works on stock (a program a withdrawn or reworked design
+# broke): they must pass on stock and with the stack. One test id a line, `# why` after it.
+REGRESSION_TESTS_FILE = "regression-tests"
 COVERAGE_FILE = "upstream-tests.toml"
 AUTHOR_FILE = "author"
 # Paths that need no covering tests: tests themselves, and the docs.
@@ -360,6 +363,11 @@ class Stack:
         if not path.is_file():
             raise BadInput(f"{path}: missing (the order of the patches)")
         return read_list(path)
+
+    def regression_tests(self) -> set[str]:
+        """The test ids of REGRESSION_TESTS_FILE (none if there is no such file)."""
+        path = self.dir / REGRESSION_TESTS_FILE
+        return set(read_list(path)) if path.is_file() else set()
 
     def allowed_paths(self) -> list[str]:
         path = self.dir / ALLOWED_FILE

@@ -131,22 +131,27 @@ def selected_tests(stack: Stack) -> list[str]:
 
 
 def stack_test_verdict(kind: str, stock: str, stack: str) -> str:
-    """What is wrong with one of the stack's own tests (KIND new or changed), or "" if nothing:
-    every one must pass with the stack, and a new one must fail on stock to show the fix."""
+    """What is wrong with one of the stack's own tests (KIND new, changed or kept), or "" if
+    nothing: every one must pass with the stack, a new one must fail on stock to show the fix,
+    and a kept one (what works on stock) must pass on stock."""
     def said(outcome):
         return "not collected" if outcome == "absent" else outcome
     if stack != "passed":
         return f"{said(stack)} with the stack"
     if kind == "new" and stock not in FAILED:
         return f"{'passes' if stock == 'passed' else said(stock)} on stock: it cannot show the fix"
+    if kind == "kept" and stock != "passed":
+        return f"{said(stock)} on stock: it pins what works on stock, so it must pass there"
     return ""
 
 
 def print_stack_tests(rows: list[dict], out) -> None:
     """One line per test of the stack: ok, FAILS (with the stack) or DEFECT (not failing on stock)."""
     new = sum(row["kind"] == "new" for row in rows)
-    print(f"the stack's tests: {new} new (must fail on stock and pass with the stack), {len(rows) - new} "
-          f"changed (must pass with the stack)", file=out)
+    kept = sum(row["kind"] == "kept" for row in rows)
+    print(f"the stack's tests: {new} new (must fail on stock and pass with the stack), {kept} kept (must pass "
+          f"on both: patches/regression-tests), {len(rows) - new - kept} changed (must pass with the stack)",
+          file=out)
     for row in rows:
         verdict = row["verdict"]
         status = "ok" if not verdict else "FAILS" if "with the stack" in verdict else "DEFECT"
@@ -445,6 +450,7 @@ def from_upstream_dir(stack: Stack, upstream: Path, select: str, out, reports: P
     with tempfile.TemporaryDirectory(prefix="ndv-upstream-tests-") as scratch:
         # DIR's text with the series' test hunks: never DIR itself.
         own = own_tests.apply_test_hunks(patches, upstream, Path(scratch, "tree"))
+        own.kept = stack.regression_tests()
         tree = own.tree / "test"
         runs = [] if select == "own" else suite_runs(stack, select)
         missing = sorted({run.file for run in runs if not (tree / run.file).is_file()})

@@ -7,10 +7,11 @@ One JSON line per program: {"id": ..., "obs": {observable: value}}. An observabl
 path such as `out[1].requires_grad` or `after_inplace[0].grad(out[1])`; a value is JSON (a
 tensor's values rounded, an error as `raise <Type>: <first line>`). Each program gets fresh,
 seeded inputs on every call, Dynamo reset and its counters cleared before it, and is observed
-by several fresh calls: the call itself (outputs, inputs after it, side effects), the
-gradients of all its differentiable outputs (first and second order) and of each alone, an
-in-place change of each output (with grad mode on and under no_grad) followed by the gradients
-through every output, and at the end Dynamo's frame, graph-break and graph counts.
+by several fresh calls: the call itself (outputs, inputs after it, side effects, Dynamo's
+frame, graph-break and graph counts), what an identical second call recompiles, the gradients
+of all its differentiable outputs (first and second order) and of each alone, an in-place
+change of each output (with grad mode on and under no_grad) followed by the gradients through
+every output.
 """
 
 from __future__ import annotations
@@ -389,20 +390,32 @@ def observe(program: P.Program, folder: str) -> dict:
     obs["log"] = list(module.LOG)
     if runnable.ops is not None:
         obs["graph.ops"] = runnable.ops
+    _observe_dynamo(obs)
     if obs["run"] == "ok" and runnable.fn is not None:
         _observe_call(obs, inputs, out)
+        try:  # what an identical second call compiles again
+            frames = torch._dynamo.utils.counters["frames"]["total"]
+            runnable.call()
+            obs["dynamo.recompiles"] = torch._dynamo.utils.counters["frames"]["total"] - frames
+        except Exception as e:  # noqa: BLE001
+            obs["dynamo.recompiles"] = error(e)
         if not program.wrapper.startswith("func_"):
             try:
                 _observe_fresh_calls(obs, runnable, P.marked_positions(program.body))
             except Exception as e:  # noqa: BLE001  (the first call passed, a repeat raised)
                 obs["repeat"] = error(e)
     obs["hooks"] = runnable.hooks.calls
+    torch._dynamo.reset()
+    return obs
+
+
+def _observe_dynamo(obs):
+    """Dynamo's frames (compiled, and compiled without error), graph breaks and graphs for the
+    first call: how many calls the observations make next depends on what they find."""
     counters = torch._dynamo.utils.counters
     obs["dynamo.frames"] = [counters["frames"]["total"], counters["frames"]["ok"]]
     obs["dynamo.graph_breaks"] = sum(counters["graph_break"].values())
     obs["dynamo.unique_graphs"] = counters["stats"]["unique_graphs"]
-    torch._dynamo.reset()
-    return obs
 
 
 def _observe_call(obs, inputs, out):

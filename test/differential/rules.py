@@ -82,10 +82,14 @@ def detached_marked_view(program, i, stock, stack) -> bool:
     stock, and is a detached alias with the stack: not a view, no grad_fn, no grad."""
     from programs import marked_positions
 
+    # A __torch_function__ subclass's __torch_function__ returns the alias re-wrapped by
+    # as_subclass(): a view of the alias, whose base the program cannot see.
+    alias = (stack.get("out[%d].is_view" % i) is False and stack.get("out[%d].base" % i) is None
+             or program.inputs == "tf_subclass" and stack.get("out[%d].base" % i) == "other")
     return (i in marked_positions(program.body)
             and stock.get("out[%d].is_view" % i) is True and stock.get("out[%d].requires_grad" % i) is True
-            and stack.get("out[%d].is_view" % i) is False and stack.get("out[%d].requires_grad" % i) is False
-            and stack.get("out[%d].grad_fn" % i) is None and stack.get("out[%d].base" % i) is None)
+            and stack.get("out[%d].requires_grad" % i) is False and stack.get("out[%d].grad_fn" % i) is None
+            and alias)
 
 
 # What the alias is, observable by observable ("A view output ... that ctx.mark_non_differentiable()
@@ -102,7 +106,12 @@ def _detached_outputs(program, stock, stack):
 
 @rule(AUTOGRAD, "a marked view that requires grad is returned as a detached alias")
 def marked_view_detached(program, path, a, b, stock, stack, eager_stock, eager_stack):
-    if program.runner != "eager" or program.body.kind != "function":
+    """Eager; and compiled under the reentrant checkpoint, which Dynamo traces as the
+    non-reentrant one (as on stock): there the Function's alias is the output, as eager's
+    non-reentrant checkpoint returns it, where eager's CheckpointFunction re-wraps it."""
+    if program.body.kind != "function":
+        return False
+    if program.runner != "eager" and program.wrapper != "checkpoint_reentrant":
         return False
     detached = _detached_outputs(program, stock, stack)
     if not detached:
@@ -147,14 +156,22 @@ def module_hook_without_alias(program, path, a, b, stock, stack, eager_stock, ea
     and when no output requires grad any more, none is wrapped (not a view, no base). The
     other outputs are no longer views of a multi-output BackwardHookFunction: an in-place on
     one still raises, naming the custom Function."""
-    if program.runner != "eager" or program.wrapper != "module_hook" or program.body.kind != "function":
+    if program.wrapper != "module_hook" or program.body.kind != "function":
         return False
-    detached = _newly_not_requiring_grad(program, stock, stack)
+    if program.runner == "eager":
+        detached = _newly_not_requiring_grad(program, stock, stack)
+    else:  # compiled: the outputs eager now detaches; the rest of the program is compared with eager
+        if eager_stock is None or eager_stack is None:
+            return False
+        detached = [i for i in _newly_not_requiring_grad(program, eager_stock, eager_stack)
+                    if stack.get("out[%d].requires_grad" % i) is False]
     if not detached:
         return False
     what, i, attr = parse(path)
     if what == "hooks":
         return True
+    if program.runner != "eager":  # only the hook's wrapping of the detached outputs
+        return what == "out" and i in detached and attr in ("is_view", "base") and b in (False, None, "other")
     if what == "out" and i in detached and attr in ("requires_grad", "grad_fn", "is_leaf"):
         return b == _ALIAS[attr]
     if what == "out" and attr in ("is_view", "base"):  # the hook's wrapping, not the program's view
@@ -218,20 +235,21 @@ def outer_function_returns_alias(program, path, a, b, stock, stack, eager_stock,
 
     if program.runner != "eager" or program.wrapper != "checkpoint_reentrant" or program.body.kind != "function":
         return False
-    returned = [i for i in sorted(marked_positions(program.body))
+    marked = marked_positions(program.body)
+    if not any(kind in ("xv", "xs", "yv", "ys") for slot, (kind, _) in enumerate(program.body.outs)
+               if slot in program.body.nondiff):
+        return False  # the Function marks no view
+    returned = [i for i in sorted(marked)
                 if stock.get("out[%d].is_view" % i) is True and stack.get("out[%d].is_view" % i) is False
                 and stack.get("out[%d].base" % i) is None]
-    if not returned:
-        return False
     what, i, attr = parse(path)
     if what == "out" and i in returned:
         return attr in ("is_view", "base")
     if what in ("inplace", "inplace_no_grad") and attr is None:
         return i in returned and raised(a) and b == "ok"
-    checkpoint_failed = raised(a) and "does not require grad and does not have a grad_fn" in a
     if what in ("grad", "grad2", "inplace", "inplace_no_grad"):
+        if raised(a) and "does not require grad and does not have a grad_fn" in a:
+            return True  # the checkpoint's failure, gone
         target = i if what == "grad" else attr
-        if checkpoint_failed:
-            return True
-        return target in returned and raised(a) and raised(b)
+        return target in marked and raised(a) and raised(b)
     return False

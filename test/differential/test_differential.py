@@ -171,3 +171,24 @@ def test_a_compiled_program_that_raised_on_stock_is_not_a_regression_unless_eage
     # eager raises the very error stock raised, and the stack no longer does: a missed error
     eager = {"run": stock["run"]}
     assert "unintended" in {d.cls for d in compare.classify(compiled, stock, stack, eager, eager)}
+
+
+def test_where_a_later_call_raised_on_stock_the_missing_observations_are_no_regression():
+    compiled = _program(_function([("y", 0)], nondiff=()), runner="compile_eager_fg")
+    stock = {"run": "ok", "inplace[0]": "ok", "repeat": "raise FailOnRecompileLimitHit: x"}
+    stack = {"run": "ok", "repeat": "raise FailOnRecompileLimitHit: x"}
+    assert {d.cls for d in compare.classify(compiled, stock, stack, None, None)} == {"stock-fails"}
+    # a later call that raises with the stack only is a regression
+    stock = {"run": "ok", "inplace[0]": "ok"}
+    assert "unintended" in {d.cls for d in compare.classify(compiled, stock, stack, None, None)}
+
+
+def test_a_compiled_observation_that_failed_on_stock_and_still_fails_is_no_regression():
+    compiled = _program(_function([("y", 0)], nondiff=()), runner="aot_eager")
+    stock = {"run": "ok", "inplace[0].grad(out[1])": "raise RuntimeError: one of the variables needed"}
+    stack = {"run": "ok", "inplace[0].grad(out[1])": "raise RuntimeError: A view was created in no_grad mode"}
+    eager = {"run": "ok", "inplace[0].grad(out[1])": [None]}
+    assert [d.cls for d in compare.classify(compiled, stock, stack, eager, eager)] == ["stock-fails"]
+    # but when stock raised what eager raises, another error is a regression
+    eager = {"run": "ok", "inplace[0].grad(out[1])": stock["inplace[0].grad(out[1])"]}
+    assert [d.cls for d in compare.classify(compiled, stock, stack, eager, eager)] == ["unintended"]
