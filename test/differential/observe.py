@@ -166,6 +166,10 @@ class Inputs:
         elif kind == "tf_subclass":
             x = base.clone().as_subclass(TFSubclass).requires_grad_()
             self.leaves.append(x)
+        elif kind == "tf_subclass_alias":
+            leaf = base.clone().requires_grad_()
+            self.leaves.append(leaf)
+            x = leaf.as_subclass(TFSubclass)
         elif kind == "twotensor":
             from torch.testing._internal.two_tensor import TwoTensor
 

@@ -379,9 +379,9 @@ def draw_body(index: int) -> Body:
 
 GRAD_MODES = ("grad", "no_grad", "no_grad_inner", "inference_mode")
 # The inputs the body gets: a leaf that requires grad, one that does not, a non-leaf, an
-# nn.Parameter, a slice of one, a __torch_function__ subclass, a __torch_dispatch__ wrapper
-# subclass (TwoTensor), an integer tensor.
-INPUTS = ("leaf", "leaf_norg", "nonleaf", "param", "param_slice", "tf_subclass", "twotensor")
+# nn.Parameter, a slice of one, a __torch_function__ subclass (a leaf; or a non-leaf alias of a
+# leaf, as_subclass()), a __torch_dispatch__ wrapper subclass (TwoTensor).
+INPUTS = ("leaf", "leaf_norg", "nonleaf", "param", "param_slice", "tf_subclass", "tf_subclass_alias", "twotensor")
 # What wraps the call: nothing; a graph break before or after the body's call (compiled runners);
 # torch.utils.checkpoint; a module with a full backward hook; torch.func transforms over the
 # runner's function.
@@ -437,7 +437,7 @@ WRAPPER_WEIGHTS = {"none": 14, "graph_break": 3, "checkpoint": 1.5, "checkpoint_
                    "func_grad": 1, "func_vjp": 1.5, "func_jacrev": 1, "func_jvp": 1, "func_vmap": 1}
 GRAD_WEIGHTS = {"grad": 5, "no_grad": 3, "no_grad_inner": 2, "inference_mode": 1}
 INPUT_WEIGHTS = {"leaf": 8, "leaf_norg": 2, "nonleaf": 2, "param": 2, "param_slice": 2, "tf_subclass": 1,
-                 "twotensor": 1}
+                 "tf_subclass_alias": 1, "twotensor": 1}
 
 
 def _pick(rng, weights):

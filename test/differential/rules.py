@@ -85,7 +85,7 @@ def detached_marked_view(program, i, stock, stack) -> bool:
     # A __torch_function__ subclass's __torch_function__ returns the alias re-wrapped by
     # as_subclass(): a view of the alias, whose base the program cannot see.
     alias = (stack.get("out[%d].is_view" % i) is False and stack.get("out[%d].base" % i) is None
-             or program.inputs == "tf_subclass" and stack.get("out[%d].base" % i) == "other")
+             or program.inputs.startswith("tf_subclass") and stack.get("out[%d].base" % i) == "other")
     return (i in marked_positions(program.body)
             and stock.get("out[%d].is_view" % i) is True and stock.get("out[%d].requires_grad" % i) is True
             and stack.get("out[%d].requires_grad" % i) is False and stack.get("out[%d].grad_fn" % i) is None
@@ -122,7 +122,7 @@ def marked_view_detached(program, path, a, b, stock, stack, eager_stock, eager_s
             return b == _ALIAS[attr]
         # "For a Tensor subclass that only overrides __torch_function__, the alias is a plain
         # torch.Tensor"
-        return attr == "type" and b == "Tensor" and program.inputs == "tf_subclass"
+        return attr == "type" and b == "Tensor" and program.inputs.startswith("tf_subclass")
     if what == "grad" and i in detached:
         # "Calling backward through such an output alone now raises": it is not differentiable
         return b == "n/a"
@@ -195,7 +195,7 @@ def traced_alias_of_subclass_view(program, path, a, b, stock, stack, eager_stock
     view as a detached alias: the compiled output is that alias (not a view, not requiring
     grad), where eager, going through the subclass's __torch_function__, returns an as_subclass
     view of it."""
-    if program.inputs != "tf_subclass" or program.runner not in AOT_RUNNERS or program.body.kind != "function":
+    if not program.inputs.startswith("tf_subclass") or program.runner not in AOT_RUNNERS or program.body.kind != "function":
         return False
     what, i, attr = parse(path)
     return (what == "out" and detached_marked_view(program, i, stock, stack) and attr in _ALIAS
@@ -253,3 +253,26 @@ def outer_function_returns_alias(program, path, a, b, stock, stack, eager_stock,
         target = i if what == "grad" else attr
         return target in marked and raised(a) and raised(b)
     return False
+
+
+# ---------------------------------------------------------------------------------------------
+# [dynamo] Check saved tensors' versions in autograd_function_apply
+# ---------------------------------------------------------------------------------------------
+
+SAVED = "0007-dynamo-Check-saved-tensors-versions-in-autograd_function_apply.patch"
+
+
+@rule(SAVED, "backend=eager checks a saved tensor's version in backward")
+def saved_tensor_version_checked(program, path, a, b, stock, stack, eager_stock, eager_stack):
+    """"An autograd.Function that saves a tensor with ctx.save_for_backward and sees it modified
+    in place before backward makes eager raise ... Compiled with backend="eager", backward
+    silently runs on the modified values": now it raises, also for an output through which
+    eager computes no gradient at all (a marked input returned as-is still requires grad under
+    Dynamo)."""
+    if not program.runner.startswith("compile_eager") or program.body.kind != "function":
+        return False
+    if program.body.save == "none":
+        return False
+    what, i, j = parse(path)
+    return (what in ("inplace", "inplace_no_grad") and j is not None and not raised(a) and raised(b)
+            and "modified by an inplace operation" in b)
