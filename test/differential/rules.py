@@ -74,7 +74,7 @@ def raised(value) -> bool:
 # [autograd] Detach marked non-differentiable views that require grad
 # ---------------------------------------------------------------------------------------------
 
-AUTOGRAD = "0002-autograd-Detach-marked-non-differentiable-views-that-require-grad.patch"
+AUTOGRAD = "0001-autograd-Detach-marked-non-differentiable-views-that-require-grad.patch"
 
 
 def detached_marked_view(program, i, stock, stack) -> bool:
@@ -189,6 +189,18 @@ def module_hook_without_alias(program, path, a, b, stock, stack, eager_stock, ea
     return False
 
 
+@rule(AUTOGRAD, "compiled code re-wraps the alias of a __torch_function__ subclass's marked view")
+def rewrapped_alias_of_subclass_view(program, path, a, b, stock, stack, eager_stock, eager_stack):
+    """Where the Function runs on real tensors under torch.compile (backend="eager", or Dynamo's
+    runtime of autograd_function_apply), it returns the alias, and Dynamo wraps the outputs of a
+    __torch_function__ subclass's call in the subclass again (as_subclass()): the output is a view
+    of the alias, whose base the program cannot see, where eager returns the plain alias."""
+    if not program.inputs.startswith("tf_subclass") or program.runner == "eager" or program.body.kind != "function":
+        return False
+    what, i, attr = parse(path)
+    return (what == "out" and attr == "base" and b == "other" and detached_marked_view(program, i, stock, stack))
+
+
 @rule(AUTOGRAD, "AOTAutograd traces a marked view of a __torch_function__ subclass as the alias")
 def traced_alias_of_subclass_view(program, path, a, b, stock, stack, eager_stock, eager_stack):
     """AOTAutograd traces the Function on plain tensors, where this patch returns the marked
@@ -243,6 +255,8 @@ def outer_function_returns_alias(program, path, a, b, stock, stack, eager_stock,
                 if stock.get("out[%d].is_view" % i) is True and stack.get("out[%d].is_view" % i) is False
                 and stack.get("out[%d].base" % i) is None]
     what, i, attr = parse(path)
+    if what == "out" and i in marked and attr == "type":  # a __torch_function__ subclass's alias
+        return b == "Tensor" and program.inputs.startswith("tf_subclass")
     if what == "out" and i in returned:
         return attr in ("is_view", "base")
     if what in ("inplace", "inplace_no_grad") and attr is None:
@@ -256,10 +270,28 @@ def outer_function_returns_alias(program, path, a, b, stock, stack, eager_stock,
 
 
 # ---------------------------------------------------------------------------------------------
+# [dynamo] Detach marked differentiable views when inlining a Function's forward
+# ---------------------------------------------------------------------------------------------
+
+INLINED = "0003-dynamo-Detach-marked-differentiable-views-when-inlining-a-Function-s-forward.patch"
+
+
+@rule(INLINED, "the inlined forward's graph gains the detach of a marked view")
+def inlined_detach_makes_a_graph(program, path, a, b, stock, stack, eager_stock, eager_stack):
+    """"After inlining forward, return each such output as output.detach()": a frame whose graph
+    had no op (forward returned views of its inputs) now has one."""
+    if program.runner == "eager" or program.body.kind != "function" or not program.body.nondiff:
+        return False
+    if program.grad not in ("no_grad", "no_grad_inner"):
+        return False
+    return path == "dynamo.unique_graphs" and a == 0 and b == 1
+
+
+# ---------------------------------------------------------------------------------------------
 # [dynamo] Check saved tensors' versions in autograd_function_apply
 # ---------------------------------------------------------------------------------------------
 
-SAVED = "0007-dynamo-Check-saved-tensors-versions-in-autograd_function_apply.patch"
+SAVED = "0006-dynamo-Check-saved-tensors-versions-in-autograd_function_apply.patch"
 
 
 @rule(SAVED, "backend=eager checks a saved tensor's version in backward")
