@@ -120,7 +120,8 @@ def test_checkout_tests_run_a_b_from_the_stacked_tree(tmp_path, checkout):
         "not run: test/test_not_in_this_checkout.py (not in the checkout at %s)" % fake.base[:12],
         "failed   failed   test_autograd.TestAutograd::test_fails_on_both",
         "failed   passed   test_autograd.TestAutograd::test_fixed_by_the_stack newly passes",
-        "the stack's tests: 2 new (must fail on stock and pass with the stack), 0 changed (must pass with the stack)",
+        "the stack's tests: 2 new (must fail on stock and pass with the stack), 0 kept (must pass on both: "
+        "patches/regression-tests), 0 changed (must pass with the stack)",
         "  ok: new test_autograd.TestAutograd::test_added_by_the_stack: stock failed, stack passed",
         "  ok: new test_new_feature::test_new: stock failed, stack passed",
         "8 tests: 3 newly pass with the stack, 0 fail with it or cannot show its fix (1 fail on both sides)"]
@@ -312,7 +313,8 @@ def test_the_stacks_own_tests_alone_by_default_with_the_hunks_in_a_copy_of_dir(t
     first, second = stack.series()
     lines = out.getvalue().splitlines()
     assert lines[:3] == [
-        "the stack's tests: 1 new (must fail on stock and pass with the stack), 1 changed (must pass with the stack)",
+        "the stack's tests: 1 new (must fail on stock and pass with the stack), 0 kept (must pass on both: "
+        "patches/regression-tests), 1 changed (must pass with the stack)",
         f"  ok: new {NEW} ({first}): stock failed, stack passed",
         f"  ok: changed {CHANGED} ({second}): stock passed, stack passed"]
     assert lines[-2].startswith("2 tests, --select own: 0 regressions, 1 newly pass, 0 fail on both sides, 0 skipped "
