@@ -77,13 +77,15 @@ def stack_under_test(prefix: int | None, series_at: str | None, tmp: Path) -> tu
 # ---------------------------------------------------------------------------------------------
 
 
-def stock_key(name: str) -> str:
-    """What stock's records depend on: the corpus's code, the torch installed, the set."""
+def stock_key(programs: list) -> str:
+    """What stock's records depend on: the programs as generated (so a change to programs.py that
+    generates the same programs keeps them), the observer's code, the torch installed."""
     import importlib.metadata
 
-    digest = hashlib.sha256(name.encode())
-    for name in CORPUS_FILES:
-        digest.update((HERE / name).read_bytes())
+    digest = hashlib.sha256((HERE / "observe.py").read_bytes())
+    for program in programs:
+        digest.update(repr(program).encode())
+        digest.update(P.render(program.body).encode())
     digest.update(importlib.metadata.version("torch").encode())
     return digest.hexdigest()[:24]
 
@@ -283,7 +285,6 @@ def main(argv=None) -> int:
     else:
         programs = P.quick(all_programs) if a.quick else all_programs
         args = ["--set", "quick" if a.quick else "full"]
-    set_name = "quick" if a.quick else "full"
 
     with tempfile.TemporaryDirectory(prefix="ndv-differential-") as tmp:
         tmp = Path(tmp)
@@ -299,7 +300,7 @@ def main(argv=None) -> int:
         stack_env = stock_env if a.stock_vs_stock else run.environment(stack, stock=False, overlay_src=overlay_src)
         under_test = "stock (again)" if a.stock_vs_stock else f"{len(stack.series())} patches"
         log(f"differential: {len(programs)} programs, stock vs {under_test}, {a.jobs} process(es) per side")
-        cache = default_cache() / "differential" / stock_key(set_name) if not a.id else None
+        cache = default_cache() / "differential" / stock_key(programs) if not a.id else None
         cached = cache / "stock.jsonl" if cache else None
         sides = []
         if cached is None or a.no_cache or a.stock_vs_stock or not cached.exists():

@@ -79,31 +79,17 @@ class Body:
         return "b%04d" % self.index
 
 
-def _expand(kind, variant):
-    """(statements, returned expressions) of one output slot."""
-    if kind == "x":
-        return [], ["x"]
-    if kind == "xv":
-        return [], [X_VIEWS[variant % len(X_VIEWS)]]
-    if kind == "xs":
-        return [], ["*x.%s" % MULTI[variant % len(MULTI)]]
-    if kind == "xm":
-        return ["x.mul_(2)"], ["x"]
-    if kind == "y":
-        return [], ["y"]
-    if kind == "yv":
-        return [], [Y_VIEWS[variant % len(Y_VIEWS)]]
-    if kind == "ys":
-        return [], ["*y.%s" % MULTI[variant % len(MULTI)]]
-    if kind == "yd":
-        return [], [DETACHED[variant % len(DETACHED)]]
-    if kind == "ydv":
-        return [], [("y.view(-1).detach()", "y.detach().view(-1)", "y.data.view(-1)")[variant % 3]]
-    if kind == "z":
-        return [], ["z"]
-    if kind == "n":
-        return [], ["3"]
-    raise ValueError(kind)
+_SLOT_EXPRS = {  # what an output slot returns, by kind (the variant picks one)
+    "x": ("x",), "xv": X_VIEWS, "xs": tuple("*x.%s" % m for m in MULTI), "xm": ("x",),
+    "y": ("y",), "yv": Y_VIEWS, "ys": tuple("*y.%s" % m for m in MULTI), "yd": DETACHED,
+    "ydv": ("y.view(-1).detach()", "y.detach().view(-1)", "y.data.view(-1)"), "z": ("z",), "n": ("3",),
+}
+
+
+def _slot_expr(kind, variant):
+    """The expression one output slot returns (starred for a multi-output view)."""
+    choices = _SLOT_EXPRS[kind]
+    return choices[variant % len(choices)]
 
 
 def _needs(outs, *kinds):
@@ -136,7 +122,7 @@ def _bind_slots(body: Body, extra: tuple = ()) -> tuple[list[str], list[str], li
     among forward's outputs). A multi-output slot is `m<slot>`, returned starred."""
     stmts, items, positions, p = [], [], [], 0
     for slot, (kind, variant) in enumerate(body.outs):
-        expr = _expand(kind, variant)[1][0]
+        expr = _slot_expr(kind, variant)
         if expr.startswith("*"):
             stmts.append("m%d = %s" % (slot, expr[1:]))
             items.append("*m%d" % slot)
@@ -258,7 +244,7 @@ def _render_plain(body: Body) -> str:
     lines = ["def body(x):"] + ["    " + s for s in _prologue(body, "2.0")]
     items = []
     for slot, (kind, variant) in enumerate(body.outs):
-        expr = _expand(kind, variant)[1][0]
+        expr = _slot_expr(kind, variant)
         name = ("m%d" if expr.startswith("*") else "o%d") % slot
         if slot in body.nograd and kind not in ("x", "xm"):
             lines += ["    with torch.no_grad():", "        %s = %s" % (name, expr.lstrip("*"))]
