@@ -73,6 +73,9 @@ void detach_non_differentiable_views(
     optional_variable_list& outputs) {
   if (c10::impl::TorchDispatchModeTLS::get_mode(
           c10::impl::TorchDispatchModeKey::FUNCTIONAL)
+          .has_value() ||
+      c10::impl::TorchDispatchModeTLS::get_mode(
+          c10::impl::TorchDispatchModeKey::FAKE)
           .has_value()) {
     return;
   }

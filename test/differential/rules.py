@@ -291,7 +291,7 @@ def inlined_detach_makes_a_graph(program, path, a, b, stock, stack, eager_stock,
 # [dynamo] Check saved tensors' versions in autograd_function_apply
 # ---------------------------------------------------------------------------------------------
 
-SAVED = "0006-dynamo-Check-saved-tensors-versions-in-autograd_function_apply.patch"
+SAVED = "0005-dynamo-Check-saved-tensors-versions-in-autograd_function_apply.patch"
 
 
 @rule(SAVED, "backend=eager checks a saved tensor's version in backward")
