@@ -62,10 +62,6 @@ def parse(path: str):
     return path, None, None
 
 
-AOT_RUNNERS = ("aot_function", "aot_eager", "aot_eager_fg", "aot_eager_dyn", "inductor", "inductor_fg",
-               "inductor_dyn")
-
-
 def raised(value) -> bool:
     return isinstance(value, str) and value.startswith("raise ")
 
@@ -201,39 +197,6 @@ def rewrapped_alias_of_subclass_view(program, path, a, b, stock, stack, eager_st
     return (what == "out" and attr == "base" and b == "other" and detached_marked_view(program, i, stock, stack))
 
 
-@rule(AUTOGRAD, "AOTAutograd traces a marked view of a __torch_function__ subclass as the alias")
-def traced_alias_of_subclass_view(program, path, a, b, stock, stack, eager_stock, eager_stack):
-    """AOTAutograd traces the Function on plain tensors, where this patch returns the marked
-    view as a detached alias: the compiled output is that alias (not a view, not requiring
-    grad), where eager, going through the subclass's __torch_function__, returns an as_subclass
-    view of it."""
-    if not program.inputs.startswith("tf_subclass") or program.runner not in AOT_RUNNERS or program.body.kind != "function":
-        return False
-    what, i, attr = parse(path)
-    return (what == "out" and detached_marked_view(program, i, stock, stack) and attr in _ALIAS
-            and b == _ALIAS[attr])
-
-
-def _op_counts(ops) -> dict:
-    counts = {}
-    for item in ops if isinstance(ops, list) else ():
-        name, _, n = item.rpartition(" x")
-        counts[name] = int(n)
-    return counts
-
-
-@rule(AUTOGRAD, "an exported graph gains aten.detach for a marked view that requires grad")
-def exported_detach(program, path, a, b, stock, stack, eager_stock, eager_stack):
-    """"exported graphs gain aten.detach for it": export traces the Function in eager, where the
-    marked view is now detached."""
-    if path != "graph.ops" or program.body.kind != "function" or not program.body.nondiff:
-        return False
-    before, after = _op_counts(a), _op_counts(b)
-    detach = "aten.detach.default"
-    others_same = {k: v for k, v in before.items() if k != detach} == {k: v for k, v in after.items() if k != detach}
-    return others_same and after.get(detach, 0) > before.get(detach, 0)
-
-
 @rule(AUTOGRAD, "a Function returning an inner Function's marked view returns a non-view")
 def outer_function_returns_alias(program, path, a, b, stock, stack, eager_stock, eager_stack):
     """"A Function that returns, unmarked, the marked view of an inner Function now returns a
@@ -273,7 +236,7 @@ def outer_function_returns_alias(program, path, a, b, stock, stack, eager_stock,
 # [dynamo] Detach marked differentiable views when inlining a Function's forward
 # ---------------------------------------------------------------------------------------------
 
-INLINED = "0003-dynamo-Detach-marked-differentiable-views-when-inlining-a-Function-s-forward.patch"
+INLINED = "0004-dynamo-Detach-marked-differentiable-views-when-inlining-a-Function-s-forward.patch"
 
 
 @rule(INLINED, "the inlined forward's graph gains the detach of a marked view")
@@ -291,7 +254,7 @@ def inlined_detach_makes_a_graph(program, path, a, b, stock, stack, eager_stock,
 # [dynamo] Check saved tensors' versions in autograd_function_apply
 # ---------------------------------------------------------------------------------------------
 
-SAVED = "0005-dynamo-Check-saved-tensors-versions-in-autograd_function_apply.patch"
+SAVED = "0006-dynamo-Check-saved-tensors-versions-in-autograd_function_apply.patch"
 
 
 @rule(SAVED, "backend=eager checks a saved tensor's version in backward")
