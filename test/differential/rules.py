@@ -236,7 +236,7 @@ def outer_function_returns_alias(program, path, a, b, stock, stack, eager_stock,
 # [dynamo] Detach marked differentiable views when inlining a Function's forward
 # ---------------------------------------------------------------------------------------------
 
-INLINED = "0004-dynamo-Detach-marked-differentiable-views-when-inlining-a-Function-s-forward.patch"
+INLINED = "0003-dynamo-Detach-marked-differentiable-views-when-inlining-a-Function-s-forward.patch"
 
 
 @rule(INLINED, "the inlined forward's graph gains the detach of a marked view")
@@ -254,7 +254,7 @@ def inlined_detach_makes_a_graph(program, path, a, b, stock, stack, eager_stock,
 # [dynamo] Check saved tensors' versions in autograd_function_apply
 # ---------------------------------------------------------------------------------------------
 
-SAVED = "0006-dynamo-Check-saved-tensors-versions-in-autograd_function_apply.patch"
+SAVED = "0005-dynamo-Check-saved-tensors-versions-in-autograd_function_apply.patch"
 
 
 @rule(SAVED, "backend=eager checks a saved tensor's version in backward")
