@@ -19,7 +19,7 @@ def test_the_readme_is_a_front_page_whose_first_screen_has_the_commands():
     first = text[:FIRST_SCREEN]
     for needed in ("./scripts/build.sh", "pip install dist/torch-*.whl", "python docs/before_after.py",
                    "./scripts/selftest.sh", "selftest.sh --quick", "stack.sh run --stock --",
-                   "stack-v2.13.0", "docs/stack.md", "docs/verification.md", "docs/tool.md"):
+                   "torch 2.13.0", "docs/stack.md", "docs/verification.md", "docs/tool.md"):
         assert needed in first, f"{needed!r} is not in the README's first {FIRST_SCREEN} characters"
 
 
