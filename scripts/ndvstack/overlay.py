@@ -28,6 +28,10 @@ from ndvstack.layers import DEFAULT_OVERLAY_SRC, lay_into, make_plan, manifest, 
 from ndvstack.stack import Stack
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def default_cache() -> Path:
     if "NDV_CACHE" in os.environ:
         return Path(os.environ["NDV_CACHE"])
@@ -147,9 +151,9 @@ def ensure(stack: Stack, overlay_src: Path = DEFAULT_OVERLAY_SRC, cache: Path | 
     dead = prune_dead(builds)
     if dead:
         progress(f"overlay: removed {len(dead)} cached overlays of torch installs that no longer exist")
-    native = "compiled C++ texts" if texts is not None else "shims"
-    progress(f"overlay: {len(patched)} Python files, {len(libraries)} {native}, {len(plan.skipped)} "
-             f"hunks skipped -> {final} ({time.monotonic() - start:.1f}s)")
+    native = "compiled C++ text" if texts is not None else "shim"
+    progress(f"overlay: {_count(len(patched), 'Python file')}, {_count(len(libraries), native)}, "
+             f"{_count(len(plan.skipped), 'hunk')} skipped -> {final} ({time.monotonic() - start:.1f}s)")
     return final
 
 
