@@ -25,7 +25,7 @@ CPP_FROM_HELP = ("the C++ patches' own text, compiled, in place of their shims: 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="stack.sh", description="Keep the stack in patches/ and move it in and out of pytorch checkouts.",
-        epilog="Exit status: 0 success, 1 the work failed, 2 bad usage or input.")
+        epilog="Exit status: 0 success, 1 the work failed, 2 bad usage or input, 130 interrupted (Ctrl-C).")
     parser.add_argument("--patches", type=Path, default=DEFAULT_PATCHES,
                         help="the stack's folder (default: %(default)s)")
     parser.add_argument("--overlay-src", type=Path, default=DEFAULT_OVERLAY_SRC,
