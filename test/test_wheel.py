@@ -137,22 +137,20 @@ EAGER_BUG = ("import torch\n"
              "print(torch.__version__, v.requires_grad)\n")
 
 
-# A Python-only [aotautograd] patch: a view made under no_grad() of an output comes back from the
-# compiled function without a grad_fn, as in eager (stock: a grad_fn).
+# A Python-only [aotautograd] patch (the dealias patch): inductor returns h * 1 and h.detach() as
+# one object, and marking the detached slot marked the other: it came back without a grad_fn
+# (stock), and backward through it failed.
 COMPILED_BUG = ("import torch\n"
-                "from functorch.compile import aot_function, nop\n"
-                "a = torch.randn(2, 3, requires_grad=True)\n"
-                "def g(a):\n"
-                "    out = a * 3\n"
-                "    with torch.no_grad():\n"
-                "        w = out.view(-1)\n"
-                "    return out, w\n"
-                "w = aot_function(g, nop)(a)[1]\n"
-                "print(torch.__version__, w.grad_fn is None)\n")
+                "x = torch.randn(8, requires_grad=True)\n"
+                "def f(x):\n"
+                "    h = x.sin()\n"
+                "    return h * 1, h.detach()\n"
+                "out = torch.compile(f, backend='inductor')(x)[0]\n"
+                "print(torch.__version__, out.grad_fn is not None)\n")
 
 
 def test_the_real_stacks_wheel_fixes_the_eager_bug_in_a_fresh_venv(tmp_path):
-    """The C++ shim (the [autograd] patch, eager) and the Python hunks (the no_grad() patch, compiled)
+    """The C++ shim (the [autograd] patch, eager) and the Python hunks (the dealias patch, compiled)
     are all active, and pip check is clean. Needs those patches in the series."""
     path = wheel.main(Stack(DEFAULT_PATCHES), tmp_path / "dist", progress=quiet)
     data = json.loads(Path(f"{path}.json").read_text())
