@@ -19,6 +19,7 @@ import subprocess
 from pathlib import PurePosixPath
 
 from ndvstack.errors import BadInput, WorkFailed
+from ndvstack.progress import count
 from ndvstack.stack import (ALLOWED_FILE, AUTHOR_FILE, COVERAGE_FILE, SERIES_FILE, UNCOVERED_PREFIXES, Identity,
                             Patch, Stack, is_test_file)
 
@@ -211,10 +212,6 @@ def findings(stack: Stack) -> list[str]:
     return problems
 
 
-def _count(found: list[str]) -> str:
-    return f"{len(found)} problem{'' if len(found) == 1 else 's'}"
-
-
 def check(stack: Stack, messages: bool = False) -> None:
     """For the verbs that need a valid stack: refuse (exit 2) naming every finding; with
     MESSAGES (submit), upstream's form too."""
@@ -222,7 +219,7 @@ def check(stack: Stack, messages: bool = False) -> None:
     if messages and not found:
         found = message_findings(stack)
     if found:
-        raise BadInput(f"the stack in {stack.dir} is invalid ({_count(found)}; "
+        raise BadInput(f"the stack in {stack.dir} is invalid ({count(len(found), 'problem')}; "
                        f"see `stack.sh lint`): " + "; ".join(found))
 
 
@@ -232,5 +229,5 @@ def main(stack: Stack, out) -> None:
     for line in found:
         print(line, file=out)
     if found:
-        raise WorkFailed(f"lint: {_count(found)} in {stack.dir}")
+        raise WorkFailed(f"lint: {count(len(found), 'problem')} in {stack.dir}")
     print(f"lint: {len(stack.series())} patches, no problems", file=out)

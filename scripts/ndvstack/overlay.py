@@ -25,11 +25,8 @@ from ndvstack.atomic import build_dir, pause_point
 from ndvstack.basetree import require_base_torch
 from ndvstack.installed import InstalledTorch
 from ndvstack.layers import DEFAULT_OVERLAY_SRC, lay_into, make_plan, manifest, patched_files, sha256
+from ndvstack.progress import count
 from ndvstack.stack import Stack
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def default_cache() -> Path:
@@ -152,8 +149,8 @@ def ensure(stack: Stack, overlay_src: Path = DEFAULT_OVERLAY_SRC, cache: Path | 
     if dead:
         progress(f"overlay: removed {len(dead)} cached overlays of torch installs that no longer exist")
     native = "compiled C++ text" if texts is not None else "shim"
-    progress(f"overlay: {_count(len(patched), 'Python file')}, {_count(len(libraries), native)}, "
-             f"{_count(len(plan.skipped), 'hunk')} skipped -> {final} ({time.monotonic() - start:.1f}s)")
+    progress(f"overlay: {count(len(patched), 'Python file')}, {count(len(libraries), native)}, "
+             f"{count(len(plan.skipped), 'hunk')} skipped -> {final} ({time.monotonic() - start:.1f}s)")
     return final
 
 

@@ -12,6 +12,11 @@ from pathlib import Path
 EVERY = 10.0
 
 
+def count(n: int, noun: str) -> str:
+    """N and NOUN, plural unless N is 1: "1 shim", "3 hunks"."""
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 @contextlib.contextmanager
 def heartbeat(progress, what: str, status=lambda: ""):
     """While the block runs: PROGRESS("WHAT ... N s[, STATUS()]") every EVERY seconds."""
