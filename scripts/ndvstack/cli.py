@@ -8,12 +8,13 @@ import os
 import sys
 from pathlib import Path
 
-from ndvstack import (apply, basetree, build, checkout, each_prefix, export, lint, overlay, run, status, submit,
-                      upstream_tests, verify_cpp, wheel)
+from ndvstack import (apply, basetree, build, checkout, each_prefix, export, lint, lint_code, overlay, own_tests, run,
+                      status, submit, upstream_tests, verify_cpp, wheel)
 from ndvstack.repo import DEFAULT_BRANCH
 from ndvstack.atomic import Watch
-from ndvstack.errors import BadInput, StackError
+from ndvstack.errors import BadInput, StackError, WorkFailed
 from ndvstack.git import GitError
+from ndvstack.installed import installed_torch
 from ndvstack.layers import DEFAULT_OVERLAY_SRC
 from ndvstack.stack import DEFAULT_PATCHES, Stack
 
@@ -36,12 +37,20 @@ def _parser() -> argparse.ArgumentParser:
     verbs.add_parser("status", help="the base, the patches and their files, the installed torch",
                      description="Show the pinned base, the patches in order with the files each "
                                  "touches, and whether the installed torch is the base.")
-    verbs.add_parser("lint", help="check the stack without any checkout",
-                     description="Check patches/ without any checkout and report every problem at once, one "
-                                 "line each naming the patch: the stack's form (series, paths, coverage map) "
-                                 "and upstream's (no new test file without a line `New test file: <reason>`, "
-                                 "a `Test Plan:` with a command, every author the one in patches/author and "
-                                 "no placeholder, no process text of ours, well-formed `Fixes` lines).")
+    p = verbs.add_parser("lint", help="check the stack without any checkout",
+                         description="Check patches/ without any checkout and report every problem at once, one "
+                                     "line each naming the patch: the stack's form (series, paths, coverage map) "
+                                     "and upstream's (no new test file without a line `New test file: <reason>`, "
+                                     "a `Test Plan:` with a command, every author the one in patches/author and "
+                                     "no placeholder, no process text of ours, well-formed `Fixes` lines). With "
+                                     "--upstream-tests DIR, also upstream's linters on the lines each patch adds: "
+                                     "clang-format on C++, ruff format, ruff check and flake8 on Python, and "
+                                     "upstream's NOQA, TYPEIGNORE, SPACES, TABS and INCLUDE checks, with "
+                                     "upstream's settings from DIR (a pytorch tree) or DIR/lint/.")
+    p.add_argument("--upstream-tests", type=Path, metavar="DIR",
+                   help="an upstream tree at the base (a pytorch checkout at the base tag): the C++ and test texts "
+                        "the patches apply to, and upstream's linter settings (its own, or DIR/lint/; default: "
+                        "$NDV_UPSTREAM_TESTS; without either, the code is not linted)")
 
     p = verbs.add_parser("apply", help="create a branch with the stack on a pytorch checkout",
                          description="On a clean pytorch checkout, create a branch at the base (or REV), "
@@ -253,6 +262,26 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def _lint(stack: Stack, given: Path | None) -> None:
+    """The stack's and its messages' form; with an upstream tree, the code too (all reported at once)."""
+    folder = given or (Path(os.environ[own_tests.ENV_VAR]) if os.environ.get(own_tests.ENV_VAR) else None)
+    failed = None
+    try:
+        lint.main(stack, sys.stdout)
+    except WorkFailed as e:
+        failed = e
+    if folder is None:
+        if not failed:
+            print("lint: the code was not linted: upstream's linters need --upstream-tests DIR", file=sys.stderr)
+    elif not lint.findings(stack):
+        torch = installed_torch()
+        torch_dir = Path(torch.location) if torch and torch.git_version == stack.base.commit else None
+        if lint_code.main(stack, folder, torch_dir, sys.stdout, progress=lambda msg: print(msg, file=sys.stderr)):
+            failed = failed or WorkFailed("lint: upstream's linters found problems in the patches' code")
+    if failed:
+        raise failed
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.WARNING,
@@ -264,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.verb == "status":
             status.main(stack, sys.stdout)
         elif args.verb == "lint":
-            lint.main(stack, sys.stdout)
+            _lint(stack, args.upstream_tests)
         elif args.verb == "apply":
             apply.main(stack, args.pytorch, onto=args.onto, branch=args.branch)
         elif args.verb == "export":
