@@ -54,6 +54,13 @@ SIDE_EFFECTS = ("none", "print", "append", "disabled", "numpy")  # in setup_cont
 # a new tensor, one that modifies its input in place and marks it dirty, a setup_context-style one
 # that appends to LOG); inside a torch.enable_grad() block; after a graph break.
 INNER = ("none", "nested", "nested_dirty", "nested_setup", "enable_grad", "graph_break")
+# What the Function reads of ctx's own bookkeeping, as eager's FunctionCtx keeps it: forward (or
+# setup_context) reads ctx.non_differentiable after marking and backward uses what it read;
+# backward reads ctx.non_differentiable (None there in eager); forward reads ctx.needs_input_grad.
+# Drawn for the bodies after the first BODIES only, so the earlier bodies stay as they were.
+CTX_READS = ("none", "marked_in_forward", "marked_in_backward", "needs_input_grad_in_forward")
+BODIES = 600  # bodies drawn from the first axes
+CTX_READ_BODIES = 80  # bodies drawn after them, each with a CTX_READS value
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,7 @@ class Body:
     single: bool = False  # one tensor output, returned bare (not in a tuple)
     inner: str = "none"  # how forward computes y (INNER)
     nograd: tuple = ()  # plain: output slots computed under torch.no_grad()
+    ctx_reads: str = "none"  # CTX_READS
     source: str = field(default="", compare=False)
 
     @property
@@ -208,6 +216,10 @@ def _render_function(body: Body) -> str:
     if not body.materialize:
         ctx_calls.append("ctx.set_materialize_grads(False)")
     ctx_calls.append("ctx.shape = x.shape")
+    if body.ctx_reads == "marked_in_forward" and body.nondiff:
+        ctx_calls.append("ctx.marked = len(ctx.non_differentiable)")
+    elif body.ctx_reads == "needs_input_grad_in_forward":
+        ctx_calls.append("ctx.first_needs_grad = ctx.needs_input_grad[0]")
     ctx_calls = _SIDE[body.side] + ctx_calls
 
     lines = ["class F(torch.autograd.Function):"]
@@ -232,6 +244,12 @@ def _render_function(body: Body) -> str:
         lines += ["        (s,) = ctx.saved_tensors", "        gx = total * s.sum() * torch.ones(ctx.shape)"]
     else:
         lines += ["        gx = total * torch.ones(ctx.shape)"]
+    if body.ctx_reads == "marked_in_forward" and body.nondiff:
+        lines += ["        gx = gx * (1 + ctx.marked)"]
+    elif body.ctx_reads == "marked_in_backward":
+        lines += ["        if ctx.non_differentiable is not None:", "            gx = gx * 2"]
+    elif body.ctx_reads == "needs_input_grad_in_forward":
+        lines += ["        if not ctx.first_needs_grad:", "            gx = gx * 0"]
     if body.needs_input_grad:
         lines += ["        if not ctx.needs_input_grad[0]:", "            gx = None"]
     rest = ", total * torch.ones(ctx.shape)" if body.sig == "x_w" else ("" if n_inputs == 1 else ", None")
@@ -335,7 +353,7 @@ def _draw_outs(rng, function):
 
 def draw_body(index: int) -> Body:
     rng = random.Random("%d-body-%d" % (SEED, index))
-    function = rng.random() < 0.75
+    function = rng.random() < 0.75 or index >= BODIES  # the ctx-read axis is a Function's
     outs = _draw_outs(rng, function)
     if not function:
         nograd = tuple(i for i in range(len(outs)) if rng.random() < 0.3)
@@ -356,6 +374,10 @@ def draw_body(index: int) -> Body:
         single=rng.random() < 0.5,
         inner=rng.choices(INNER, (8, 1, 1, 1, 1, 1))[0],
     )
+    if index >= BODIES:  # its own stream: the draws above are those of any other body
+        reads = random.Random("%d-ctx-reads-%d" % (SEED, index)).choice(CTX_READS[1:])
+        body = Body(**{**body.__dict__, "ctx_reads": "marked_in_backward" if reads == "marked_in_forward"
+                       and not nondiff else reads})
     return Body(**{**body.__dict__, "source": render(body)})
 
 
@@ -452,7 +474,7 @@ def programs_of(body: Body, callers: int, runners: int) -> list[Program]:
     return out
 
 
-def corpus(bodies: int = 600, callers: int = 3, runners: int = 2) -> list[Program]:
+def corpus(bodies: int = BODIES + CTX_READ_BODIES, callers: int = 3, runners: int = 2) -> list[Program]:
     """The whole corpus, in a fixed order."""
     return [p for i in range(bodies) for p in programs_of(draw_body(i), callers, runners)]
 

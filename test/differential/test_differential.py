@@ -50,6 +50,23 @@ def test_every_axis_value_occurs():
         assert set(values) <= seen, f"{axis}: never drawn: {sorted(set(values) - seen)}"
     kinds = {k for b in bodies for k, _ in b.outs}
     assert set(P.OUT_KINDS) <= kinds
+    assert {b.ctx_reads for b in bodies if b.index >= P.BODIES} == set(P.CTX_READS[1:])
+    assert {b.ctx_reads for b in bodies if b.index < P.BODIES} == {"none"}
+
+
+def test_ctx_reads_are_what_eager_keeps_on_ctx():
+    marked = replace(_function([("x", 0), ("y", 0)], nondiff=(0,)), ctx_reads="marked_in_forward", save="inter")
+    marked = replace(marked, source=P.render(marked))
+    assert "ctx.marked = len(ctx.non_differentiable)" in marked.source
+    assert "gx = gx * (1 + ctx.marked)" in marked.source
+    in_backward = replace(marked, ctx_reads="marked_in_backward")
+    assert "if ctx.non_differentiable is not None:" in P.render(in_backward)
+    ns = {}
+    exec(marked.source, ns)  # eager runs it: the attributes exist where the program reads them
+    x = ns["torch"].randn(2, 3, requires_grad=True)
+    out, y = ns["body"](x)
+    y.sum().backward()
+    assert x.grad is not None
 
 
 def _function(outs, nondiff, style="ctx", sig="x"):
