@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,7 +20,7 @@ import pytest
 from fake_release import assert_shim_overlay, fake_release_wheel, pinned_to
 from fake_stack import CHECK_SCRIPT, quiet, stack_data
 from ndvstack import progress, wheel
-from ndvstack.errors import BadInput
+from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.stack import DEFAULT_PATCHES, Stack
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -344,3 +345,56 @@ def test_every_long_step_of_the_build_says_how_it_goes(small, tmp_path, monkeypa
     steps = {line.split(" ...")[0] for line in lines if line.startswith("wheel: still ")}
     assert {"wheel: still compiling the shims", "wheel: still unpacking", "wheel: still packing"} <= steps
     assert any(re.search(r"^wheel: still packing \.\.\. \d+ s, \d+ of about 0 MB written$", line) for line in lines)
+
+
+def _build_sh(dist: Path, wrap: list[str] = ()) -> tuple[subprocess.CompletedProcess, float]:
+    start = time.monotonic()
+    result = subprocess.run([*wrap, str(ROOT / "scripts" / "build.sh"), "--dist", str(dist)], capture_output=True,
+                            text=True, cwd=ROOT)
+    return result, time.monotonic() - start
+
+
+def _git_status() -> str:
+    return subprocess.run(["git", "status", "--porcelain"], capture_output=True, text=True, cwd=ROOT).stdout
+
+
+def test_an_unwritable_dist_and_a_small_disk_are_refused_at_once(tmp_path):
+    """In one line, exit 2, within 5 s, nothing written: not a traceback after a minute of work."""
+    status = _git_status()
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    # A small disk and a read-only one: a tmpfs of a user namespace of our own (no privileges needed).
+    small, took = _build_sh(disk / "dist", ["unshare", "-rm", "sh", "-c", f'mount -t tmpfs -o size=64m tmpfs {disk}'
+                                            ' && exec "$@"', "sh"])
+    assert (small.returncode, small.stdout) == (2, ""), small.stderr
+    assert re.fullmatch(rf"error: {disk}/dist: 0\.1 GiB free on its disk; the wheel needs about 2 GiB there "
+                        r"while it is made \(pass --dist DIR on a larger disk\)\n", small.stderr), small.stderr
+    assert took < 5
+    ro, took = _build_sh(disk / "dist", ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=4g tmpfs {disk} && "
+                                         f"mkdir {disk}/dist && mount -o remount,ro {disk} && exec \"$@\"", "sh"])
+    assert ro.returncode == 2 and ro.stderr == (f"error: {disk}/dist: cannot write {disk} (Read-only file system); "
+                                                "pass --dist DIR to put the wheel elsewhere\n"), ro.stderr
+    assert took < 5
+    # A dist/ of ours that cannot be written (immutable for root, who ignores permissions).
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    (dist / "notes.txt").write_text("mine\n")
+    lock = ["chattr", "+i", str(dist)] if os.geteuid() == 0 else ["chmod", "555", str(dist)]
+    subprocess.run(lock, check=True)
+    try:
+        result, took = _build_sh(dist)
+    finally:
+        subprocess.run(["chattr", "-i", str(dist)] if os.geteuid() == 0 else ["chmod", "755", str(dist)], check=True)
+    assert result.returncode == 2 and result.stderr.startswith(f"error: {dist}: cannot write it ("), result.stderr
+    assert result.stderr.count("\n") == 1 and took < 5
+    assert sorted(p.name for p in dist.iterdir()) == ["notes.txt"] and not list(tmp_path.glob(".ndv-*"))
+    assert _git_status() == status
+
+
+def test_a_disk_that_fills_up_midway_is_one_line(monkeypatch):
+    def full(*args, **kwargs):
+        return subprocess.CompletedProcess(args, 1, "", "Traceback ...\nOSError: [Errno 28] No space left on device\n")
+    monkeypatch.setattr(wheel.subprocess, "run", full)
+    with pytest.raises(WorkFailed, match=r"^wheel unpack: no space left on device \(the wheel needs about 2 GiB "
+                                         r"beside dist/ while it is made\); nothing was published$"):
+        wheel._run_wheel(lambda msg: None, "wheel: still unpacking", "unpack", "x.whl")

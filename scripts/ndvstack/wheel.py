@@ -12,6 +12,7 @@ renameat2(RENAME_EXCHANGE).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -33,6 +34,32 @@ from ndvstack.progress import heartbeat, written
 from ndvstack.stack import REPO_ROOT, Base, Stack
 
 DEFAULT_DIST = REPO_ROOT / "dist"
+# The most a run writes beside dist/ at once: the unpacked release wheel, the new wheel and, while
+# they are swapped, the old dist/ (1.6 GiB at the peak for 2.15.0, measured 2026-12-06); rounded up.
+NEED_BYTES = 2 << 30
+
+
+def check_dist(dist: Path) -> None:
+    """Refuse at once (BadInput) a dist/ that cannot be written or whose disk has too little room:
+    not after a minute of work, and before anything is written."""
+    folder = dist.parent
+    while not folder.exists():
+        folder = folder.parent
+    for where in (folder, dist) if dist.is_dir() else (folder,):
+        try:  # a real write: permissions, a read-only mount and an immutable folder all refuse it
+            os.rmdir(tempfile.mkdtemp(prefix=".ndv-probe-", dir=where))
+        except OSError as e:
+            raise BadInput(f"{dist}: cannot write {'it' if where == dist else where} ({e.strerror}); "
+                           f"pass --dist DIR to put the wheel elsewhere") from None
+    free = shutil.disk_usage(folder).free
+    if free < NEED_BYTES:
+        raise BadInput(f"{dist}: {free / (1 << 30):.1f} GiB free on its disk; the wheel needs about "
+                       f"{NEED_BYTES >> 30} GiB there while it is made (pass --dist DIR on a larger disk)")
+
+
+def _no_space(what: str) -> WorkFailed:
+    return WorkFailed(f"{what}: no space left on device (the wheel needs about {NEED_BYTES >> 30} GiB beside "
+                      f"dist/ while it is made); nothing was published")
 
 
 def wheelhouse() -> Path:
@@ -124,6 +151,8 @@ def _run_wheel(progress, what: str, *args: str, status=lambda: "") -> None:
     with heartbeat(progress, what, status):
         result = subprocess.run([sys.executable, "-m", "wheel", *args], capture_output=True, text=True, env=env)
     if result.returncode != 0:
+        if "No space left on device" in result.stderr:
+            raise _no_space(f"wheel {args[0]}")
         raise WorkFailed(f"wheel {args[0]} failed: {(result.stderr or result.stdout).strip()[-300:]}")
 
 
@@ -134,6 +163,7 @@ def main(stack: Stack, dist: Path = DEFAULT_DIST, given_wheel: Path | None = Non
     start = time.monotonic()
     cache = cache or default_cache()
     lint.check(stack)
+    check_dist(dist)
     base = stack.base
     require_base_torch(base)  # the shims are compiled against it
     with heartbeat(progress, "wheel: still getting the release wheel"):
@@ -164,6 +194,10 @@ def main(stack: Stack, dist: Path = DEFAULT_DIST, given_wheel: Path | None = Non
         with heartbeat(progress, "wheel: still publishing"):
             publish(built, data, dist, tmp)
         progress(f"wheel: {built.name} is in {dist}; removing the temporary files ...")
+    except OSError as e:
+        if e.errno == errno.ENOSPC:
+            raise _no_space("wheel") from None
+        raise
     finally:  # the unpacked release wheel (1.1 GB): 40 s where the disk is still writing it out
         with heartbeat(progress, "wheel: still removing the temporary files"):
             remove(tmp)
