@@ -27,16 +27,37 @@ _ndv_sync_venv() {
   fi
   echo "ndvstack: setting up $venv with the pinned packages (torch is a CUDA build: about 3 GB of" \
     "wheels, kept in $wheels after the first download)..." >&2
-  local start=$SECONDS log="$venv/ndv-pip.log" torch_from
+  local start=$SECONDS log="$venv/ndv-pip.log" torch_from made= ticker
+  [[ -d "$venv" ]] || made=1
   [[ -x "$python" ]] || "$base_python" -m venv "$venv"
   : >"$log"
+  # pip's output goes to the log: say every 10 s how far it is, and on Ctrl-C stop cleanly, removing
+  # a venv this run made (one that was there is set up again on the next run: .pins comes last).
+  (while sleep 10; do
+     echo "ndvstack: still setting up $venv ($((SECONDS - start)) s): $(tail -n 1 "$log" | cut -c 1-100)" >&2
+   done) &
+  ticker=$!
+  local interrupted= failed=
+  trap 'interrupted=1' INT TERM
   # setuptools first: the editable install of our own package builds with it, offline.
-  if ! { "$python" -m pip install --progress-bar off setuptools==84.2.1 &&
-         torch_from=$(_ndv_fetch_torch) &&
-         "$python" -m pip install --progress-bar off --no-index --find-links "$wheels" \
-           -c "$root/constraints.txt" "$(_ndv_torch_pin)" &&
-         "$python" -m pip install --progress-bar off --no-build-isolation \
-           -c "$root/constraints.txt" -e "$root[test]"; } >>"$log" 2>&1; then
+  { "$python" -m pip install --progress-bar off setuptools==84.2.1 &&
+    [[ -z "$interrupted" ]] && torch_from=$(_ndv_fetch_torch) &&
+    [[ -z "$interrupted" ]] && "$python" -m pip install --progress-bar off --no-index --find-links "$wheels" \
+      -c "$root/constraints.txt" "$(_ndv_torch_pin)" &&
+    [[ -z "$interrupted" ]] && "$python" -m pip install --progress-bar off --no-build-isolation \
+      -c "$root/constraints.txt" -e "$root[test]"; } >>"$log" 2>&1 || failed=1
+  kill "$ticker" 2>/dev/null || true
+  trap - INT TERM
+  if [[ -n "$interrupted" ]]; then
+    if [[ -n "$made" ]]; then
+      rm -rf "$venv"
+      echo "ndvstack: interrupted; removed the half-made $venv" >&2
+    else
+      echo "ndvstack: interrupted; $venv is set up again on the next run" >&2
+    fi
+    exit 130
+  fi
+  if [[ -n "$failed" ]]; then
     tail -n 20 "$log" >&2
     echo "error: pip could not install the pinned packages into $venv (whole log: $log)" >&2
     exit 1

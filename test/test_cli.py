@@ -203,6 +203,24 @@ def test_first_use_creates_the_venv_with_the_pins_and_reuses_it(tmp_path):
     assert tests.returncode == 0 and "installing" not in tests.stderr and not (tmp_path / "npm-calls").exists()
 
 
+def test_first_venv_setup_says_how_it_goes_and_ctrl_c_removes_it(tmp_path):
+    """pip's output goes to a log: a line every 10 s says how far it is; Ctrl-C exits 130 with one
+    line and leaves no half-made venv."""
+    venv = tmp_path / "venv"
+    proc = subprocess.Popen([str(STACK_SH), "status"], env={**os.environ, "NDV_VENV": str(venv)},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    lines = []
+    for line in proc.stderr:  # wait for a progress line, then press Ctrl-C
+        lines.append(line)
+        if line.startswith(f"ndvstack: still setting up {venv} ("):
+            break
+    os.killpg(proc.pid, signal.SIGINT)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=120) == 130, lines + [rest]
+    assert rest.splitlines()[-1] == f"ndvstack: interrupted; removed the half-made {venv}", rest
+    assert not venv.exists()
+
+
 def test_help_needs_no_venv_and_installs_nothing(tmp_path):
     """On a new machine --help answers at once: no .venv made, nothing downloaded."""
     venv = tmp_path / "venv"
