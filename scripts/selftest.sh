@@ -26,7 +26,8 @@ options:
   -h, --help   show this help message and exit
   --quick      only the fast subset, for iterating: the unit tests that use test
                doubles (no wheel build, no fresh venv, no compile against torch),
-               $(( ${#quick[@]} - 2 )) files, 2-3 minutes on two cores; not instead of the whole run
+               $(( ${#quick[@]} - 2 )) files (its time: docs/verification.md, Figures); not instead of
+               the whole run
   PYTEST_ARGS  given to pytest as they are (then free disk is not checked), e.g.
                test/test_wheel.py -k ctrl_c, -x, --lf
 

@@ -28,7 +28,7 @@ BENCHMARKS = sorted(p.stem for p in (ROOT / "scripts" / "bench").glob("*.py"))
 
 
 def test_the_help_tests_cover_every_verb_entry_point_and_benchmark():
-    assert VERBS == ["apply", "base-tree", "checkout", "export", "lint", "overlay", "run", "status", "submit",
+    assert VERBS == ["apply", "base-tree", "checkout", "export", "lint", "overlay", "rebase", "run", "status", "submit",
                      "test", "verify-cpp", "wheel"]
     assert ENTRY_POINTS == ["bench.sh", "build.sh", "checkout.sh", "differential.sh", "scoreboard.sh", "selftest.sh",
                             "stack.sh", "submit.sh", "test.sh"]

@@ -8,8 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from ndvstack import (apply, basetree, build, checkout, each_prefix, export, lint, lint_code, overlay, own_tests, run,
-                      status, submit, upstream_tests, verify_cpp, wheel)
+from ndvstack import (apply, basetree, build, checkout, each_prefix, export, lint, lint_code, overlay, own_tests,
+                      rebase, run, status, submit, upstream_tests, verify_cpp, wheel)
 from ndvstack.repo import DEFAULT_BRANCH
 from ndvstack.atomic import Watch
 from ndvstack.errors import BadInput, StackError, WorkFailed
@@ -67,6 +67,25 @@ def _parser() -> argparse.ArgumentParser:
                                      "only when the whole export succeeded.")
     p.add_argument("--pytorch", type=Path, required=True, metavar="DIR", help="a pytorch git checkout")
     p.add_argument("--branch", default=DEFAULT_BRANCH, help="the branch to export (default: %(default)s)")
+
+    p = verbs.add_parser("rebase", help="move the stack to another release, or say what conflicts",
+                         description="Move the stack to torch RELEASE in one run: its release wheel (from the "
+                                     "wheelhouse, fetched there with pip if missing), `git am -3` of every "
+                                     "patch onto the release's texts of the files the stack touches (torch/** "
+                                     "from the wheel, C++ and test files from --release-tree), a report per "
+                                     "patch (applies, applies with a 3-way merge, or conflicts: the rejected "
+                                     "hunks and the release's lines in each conflict). Only when every patch "
+                                     "applies whole are patches/ and base.toml rewritten, in one swap; "
+                                     "otherwise exit 1 and patches/ is untouched.")
+    p.add_argument("--release", required=True, metavar="X.Y.Z", help="the release to move to, e.g. 2.16.0")
+    p.add_argument("--release-wheel", type=Path, metavar="WHL",
+                   help="that release's torch wheel, instead of the wheelhouse's or pip's")
+    p.add_argument("--release-tree", type=Path, metavar="DIR",
+                   help="an upstream tree at that release: the C++ and test texts (without it, those files "
+                        "are left out of the check and named)")
+    p.add_argument("--upstream-tests", type=Path, metavar="DIR",
+                   help="an upstream tree at the current base (default: $NDV_UPSTREAM_TESTS): the C++ and "
+                        "test texts the patches were made on, so that git can merge them three ways")
 
     p = verbs.add_parser("base-tree", help="a partial git tree of the wheel's torch/**/*.py at the base",
                          description="Make a git repository whose first commit is the installed "
@@ -230,7 +249,7 @@ def _build_from_source(stack: Stack, args) -> None:
 
 # The folder each verb replaces in one atomic step, and what it then holds: what Ctrl-C left.
 _OUTPUTS = {"wheel": ("dist", "the new wheel"), "export": ("patches", "the exported stack"),
-            "base-tree": ("out", "the new tree")}
+            "rebase": ("patches", "the rebased stack"), "base-tree": ("out", "the new tree")}
 
 
 def _interrupted(watch: Watch | None, what: str) -> str:
@@ -298,6 +317,11 @@ def main(argv: list[str] | None = None) -> int:
             apply.main(stack, args.pytorch, onto=args.onto, branch=args.branch)
         elif args.verb == "export":
             export.main(stack, args.pytorch, branch=args.branch)
+        elif args.verb == "rebase":
+            given = args.upstream_tests or (Path(os.environ[own_tests.ENV_VAR])
+                                            if os.environ.get(own_tests.ENV_VAR) else None)
+            rebase.main(stack, args.release, sys.stdout, given_wheel=args.release_wheel, upstream=given,
+                        release_tree=args.release_tree)
         elif args.verb == "base-tree":
             basetree.main(stack, args.out)
         elif args.verb == "overlay":

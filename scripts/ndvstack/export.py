@@ -68,9 +68,12 @@ def _swap_in(new: Path, target: Path) -> None:
     exchange(new, target)
 
 
-def write_stack(stack: Stack, git: Git, base_sha: str, head: str, what: str) -> list[str]:
+def write_stack(stack: Stack, git: Git, base_sha: str, head: str, what: str, upstream_commit: str | None = None,
+                data: dict[str, str] | None = None) -> list[str]:
     """Replaces STACK's patches and series by the commits base_sha..head of GIT's repository
-    (lint-clean or not at all); returns the names written. WHAT names head in messages."""
+    (lint-clean or not at all); returns the names written. WHAT names head in messages.
+    UPSTREAM_COMMIT: the upstream commit base_sha stands for (default: the stack's base); DATA:
+    files of the stack's own to write instead (base.toml, on a move to another release)."""
     base = stack.base
     author = stack.author()
     merges = git.out("rev-list", "--merges", f"{base_sha}..{head}")
@@ -89,12 +92,15 @@ def write_stack(stack: Stack, git: Git, base_sha: str, head: str, what: str) -> 
         for item in stack.dir.iterdir():  # the stack's own data (base, allow-list, ...) carries over
             if item.is_file() and item.suffix != ".patch" and item.name != SERIES_FILE:
                 shutil.copy2(item, tmp / item.name)
+        for name, text in (data or {}).items():
+            (tmp / name).write_text(text)
+        upstream = upstream_commit or base.commit
         names = format_patches(git, base_sha, with_author(git, base_sha, head, author), tmp)
-        if base_sha != base.commit:  # a partial tree: name the upstream base, not its stand-in
+        if base_sha != upstream:  # a partial tree: name the upstream base, not its stand-in
             for name in names:
                 text = (tmp / name).read_text()
                 (tmp / name).write_text(text.replace(f"\nbase-commit: {base_sha}\n",
-                                                     f"\nbase-commit: {base.commit}\n"))
+                                                     f"\nbase-commit: {upstream}\n"))
         (tmp / SERIES_FILE).write_text(header + "".join(f"{name}\n" for name in names))
         problems = lint.findings(Stack(tmp))
         if problems:
