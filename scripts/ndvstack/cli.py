@@ -14,7 +14,6 @@ from ndvstack.repo import DEFAULT_BRANCH
 from ndvstack.atomic import Watch
 from ndvstack.errors import BadInput, StackError, WorkFailed
 from ndvstack.git import GitError
-from ndvstack.installed import installed_torch
 from ndvstack.layers import DEFAULT_OVERLAY_SRC
 from ndvstack.stack import DEFAULT_PATCHES, Stack
 
@@ -283,7 +282,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 def _lint(stack: Stack, given: Path | None) -> None:
     """The stack's and its messages' form; with an upstream tree, the code too (all reported at once)."""
-    folder = given or (Path(os.environ[own_tests.ENV_VAR]) if os.environ.get(own_tests.ENV_VAR) else None)
+    folder = own_tests.given_or_env(given)
     failed = None
     try:
         lint.main(stack, sys.stdout)
@@ -293,9 +292,8 @@ def _lint(stack: Stack, given: Path | None) -> None:
         if not failed:
             print("lint: the code was not linted: upstream's linters need --upstream-tests DIR", file=sys.stderr)
     elif not lint.findings(stack):
-        torch = installed_torch()
-        torch_dir = Path(torch.location) if torch and torch.git_version == stack.base.commit else None
-        if lint_code.main(stack, folder, torch_dir, sys.stdout, progress=lambda msg: print(msg, file=sys.stderr)):
+        if lint_code.main(stack, folder, basetree.base_torch_dir(stack.base), sys.stdout,
+                          progress=lambda msg: print(msg, file=sys.stderr)):
             failed = failed or WorkFailed("lint: upstream's linters found problems in the patches' code")
     if failed:
         raise failed
@@ -318,9 +316,8 @@ def main(argv: list[str] | None = None) -> int:
         elif args.verb == "export":
             export.main(stack, args.pytorch, branch=args.branch)
         elif args.verb == "rebase":
-            given = args.upstream_tests or (Path(os.environ[own_tests.ENV_VAR])
-                                            if os.environ.get(own_tests.ENV_VAR) else None)
-            rebase.main(stack, args.release, sys.stdout, given_wheel=args.release_wheel, upstream=given,
+            rebase.main(stack, args.release, sys.stdout, given_wheel=args.release_wheel,
+                        upstream=own_tests.given_or_env(args.upstream_tests),
                         release_tree=args.release_tree)
         elif args.verb == "base-tree":
             basetree.main(stack, args.out)

@@ -28,6 +28,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ndvstack.basetree import SCRATCH_IDENTITY, text_at
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.git import Git
 from ndvstack.progress import count
@@ -37,7 +38,6 @@ CONFIGS = (".clang-format", "pyproject.toml", ".flake8")
 CPP_SUFFIXES = (".cpp", ".h", ".hpp", ".cc", ".cu", ".cuh")
 # The linters, by the program each runs (from the venv's bin/, pinned in pyproject.toml).
 PROGRAMS = {"clang-format": "clang-format", "ruff": "ruff", "flake8": "flake8"}
-_IDENTITY = ["-c", "user.name=ndvstack", "-c", "user.email=ndvstack@localhost"]
 
 
 @dataclass(frozen=True)
@@ -73,25 +73,22 @@ def program(name: str) -> str:
 
 def versions() -> dict[str, str]:
     """Each linter's version, as it prints it."""
-    def version(name: str, args: list[str]) -> str:
-        out = subprocess.run([program(name), *args], capture_output=True, text=True).stdout
+    def version(out: str) -> str:
         found = re.search(r"\d+\.\d+(\.\d+)?", out)
         return found.group(0) if found else "?"
 
-    flake8 = subprocess.run([program("flake8"), "--version"], capture_output=True, text=True).stdout
-    plugins = re.findall(r"([\w-]+): (\d+[\w.]*)", flake8.split("\n", 1)[0].split("(", 1)[-1])
-    return {"clang-format": version("clang-format", ["--version"]), "ruff": version("ruff", ["--version"]),
-            "flake8": version("flake8", ["--version"]) + "".join(
+    said = {name: subprocess.run([program(name), "--version"], capture_output=True, text=True).stdout
+            for name in PROGRAMS}
+    plugins = re.findall(r"([\w-]+): (\d+[\w.]*)", said["flake8"].split("\n", 1)[0].split("(", 1)[-1])
+    return {"clang-format": version(said["clang-format"]), "ruff": version(said["ruff"]),
+            "flake8": version(said["flake8"]) + "".join(
                 f" + {name} {v}" for name, v in plugins if name not in ("mccabe", "pycodestyle", "pyflakes"))}
 
 
 def base_text(path: str, upstream: Path, torch_dir: Path | None) -> bytes:
-    if (upstream / path).is_file():
-        return (upstream / path).read_bytes()
-    if path.startswith("torch/") and torch_dir is not None:
-        wheel_file = torch_dir / path.removeprefix("torch/")
-        if wheel_file.is_file():
-            return wheel_file.read_bytes()
+    text = text_at(path, upstream, torch_dir)
+    if text is not None:
+        return text
     raise BadInput(f"no base text of {path}: --upstream-tests {upstream} lacks it, and "
                    + ("the installed torch is not the base" if torch_dir is None else "the base wheel's torch/ too"))
 
@@ -105,14 +102,14 @@ def stacked_repo(patches: list[Patch], upstream: Path, torch_dir: Path | None, f
         (folder / path).parent.mkdir(parents=True, exist_ok=True)
         (folder / path).write_bytes(base_text(path, upstream, torch_dir))
     git.run("add", "-A")
-    git.run(*_IDENTITY, "commit", "--quiet", "--allow-empty", "-m", "base")
+    git.run("commit", "--quiet", "--allow-empty", "-m", "base", env=SCRATCH_IDENTITY)
     commits = []
     for patch in patches:
         result = git.run("apply", "--index", str(patch.path), check=False)
         if result.returncode != 0:
             raise WorkFailed(f"{patch.path.name} does not apply to the base texts: "
                              f"{result.stderr.strip().splitlines()[0] if result.stderr.strip() else '?'}")
-        git.run(*_IDENTITY, "commit", "--quiet", "--allow-empty", "-m", patch.path.name)
+        git.run("commit", "--quiet", "--allow-empty", "-m", patch.path.name, env=SCRATCH_IDENTITY)
         commits.append(git.out("rev-parse", "HEAD"))
     return git, commits
 

@@ -26,9 +26,14 @@ from ndvstack.stack import Patch, is_test_file
 ENV_VAR = "NDV_UPSTREAM_TESTS"
 
 
+def given_or_env(given: Path | None) -> Path | None:
+    """GIVEN (--upstream-tests), else $NDV_UPSTREAM_TESTS, else None."""
+    return given or (Path(os.environ[ENV_VAR]) if os.environ.get(ENV_VAR) else None)
+
+
 def upstream_dir(given: Path | None, what: str) -> Path:
     """The folder of upstream test files (it holds test/...): GIVEN, else $NDV_UPSTREAM_TESTS."""
-    folder = given or (Path(os.environ[ENV_VAR]) if os.environ.get(ENV_VAR) else None)
+    folder = given_or_env(given)
     if folder is None:
         raise BadInput(f"{what} needs upstream's test files (the stack's tests are methods its patches add to "
                        f"them): pass --upstream-tests DIR or set {ENV_VAR}=DIR (e.g. ../shared/upstream-2.15)")

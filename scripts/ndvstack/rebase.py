@@ -29,12 +29,10 @@ from pathlib import Path
 from ndvstack import export, lint
 from ndvstack.errors import BadInput, WorkFailed
 from ndvstack.git import Git
-from ndvstack.installed import installed_torch
+from ndvstack.basetree import SCRATCH_IDENTITY, base_torch_dir, text_at
 from ndvstack.stack import Patch, Stack
+from ndvstack.wheel import wheelhouse as default_wheelhouse
 
-_IDENTITY = {"GIT_AUTHOR_NAME": "ndvstack", "GIT_AUTHOR_EMAIL": "ndvstack@localhost",
-             "GIT_COMMITTER_NAME": "ndvstack", "GIT_COMMITTER_EMAIL": "ndvstack@localhost",
-             "GIT_AUTHOR_DATE": "2000-01-01T00:00:00+00:00", "GIT_COMMITTER_DATE": "2000-01-01T00:00:00+00:00"}
 
 
 @dataclass
@@ -118,8 +116,9 @@ def _commit(git: Git, texts: dict[str, bytes], message: str) -> str:
     for path, text in texts.items():
         (git.cwd / path).parent.mkdir(parents=True, exist_ok=True)
         (git.cwd / path).write_bytes(text)
-    git.run("add", "--force", *texts) if texts else None
-    git.run("commit", "--quiet", "--allow-empty", "-m", message, env=_IDENTITY)
+    if texts:
+        git.run("add", "--force", *texts)
+    git.run("commit", "--quiet", "--allow-empty", "-m", message, env=SCRATCH_IDENTITY)
     git.run("clean", "-fdxq")
     return git.out("rev-parse", "HEAD")
 
@@ -155,7 +154,7 @@ def apply_all(git: Git, patches: list[Patch], onto: str, missing: set[str], prog
         outcome = Outcome(patch.path.name, left_out=sorted(set(patch.touched) & missing))
         excludes = [f"--exclude={path}" for path in outcome.left_out]
         result = git.run("am", "--3way", "--keep-non-patch", *excludes, str(patch.path), check=False,
-                         env=_IDENTITY)
+                         env=SCRATCH_IDENTITY)
         if result.returncode == 0:
             if "Falling back to patching base and 3-way merge" in result.stdout + result.stderr:
                 outcome.how = "applies with a 3-way merge"
@@ -189,8 +188,6 @@ def base_toml(release: Release, repo: str) -> str:
 def main(stack: Stack, version: str, out, given_wheel: Path | None = None, upstream: Path | None = None,
          release_tree: Path | None = None, wheelhouse: Path | None = None,
          progress=lambda msg: print(msg, file=sys.stderr)) -> None:
-    from ndvstack.wheel import wheelhouse as default_wheelhouse  # noqa: PLC0415
-
     lint.check(stack)
     for name, tree in (("--upstream-tests", upstream), ("--release-tree", release_tree)):
         if tree is not None and not tree.is_dir():
@@ -200,12 +197,10 @@ def main(stack: Stack, version: str, out, given_wheel: Path | None = None, upstr
         raise BadInput(f"--release {version}: the stack is already on {version}")
     release = read_release(version, release_wheel(version, given_wheel, wheelhouse or default_wheelhouse(),
                                                   progress))
-    torch = installed_torch()
-    torch_dir = Path(torch.location) if torch and torch.git_version == base.commit else None
+    torch_dir = base_torch_dir(base)
     patches = stack.patches()
     paths = sorted({path for p in patches for path in p.touched})
-    current = _texts(paths, upstream, lambda path: (torch_dir / path.removeprefix("torch/")).read_bytes()
-                     if torch_dir and (torch_dir / path.removeprefix("torch/")).is_file() else None)
+    current = {path: text for path in paths if (text := text_at(path, upstream, torch_dir)) is not None}
     with zipfile.ZipFile(release.wheel) as z:
         names = set(z.namelist())
         target = _texts(paths, release_tree, lambda path: z.read(path) if path in names else None)
