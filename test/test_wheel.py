@@ -91,7 +91,9 @@ def test_the_record_is_regenerated_and_holds_the_overlay(built, tmp_path):
 def fresh_venv(folder: Path):
     """A new venv: its python, its quiet pip, and an environment free of our overlay. pip
     installs from the machine's wheelhouse alone (scripts/_venv.sh filled it with the release
-    wheel's dependency closure, which the patched wheel shares): no 2.8 GB download per venv."""
+    wheel's dependency closure, which the patched wheel shares): no 2.8 GB download per venv.
+    A venv with torch holds 5.4 GB: its test is in the xdist group "fresh_venv" (one at a time)
+    and makes it in tmp_path (removed when the test passes)."""
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
     python = str(folder / "bin" / "python")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "NDV_", "LD_"))}
@@ -108,18 +110,19 @@ def assert_pip_check(pip: list[str]) -> None:
     assert check.returncode == 0, check.stdout
 
 
-def test_a_fresh_venv_gets_the_whole_stack_and_a_reinstall_restores_stock(built):
-    _, _, tmp, path = built
-    python, pip, env = fresh_venv(tmp / "venv")
+@pytest.mark.xdist_group("fresh_venv")
+def test_a_fresh_venv_gets_the_whole_stack_and_a_reinstall_restores_stock(built, tmp_path):
+    _, _, _, path = built
+    python, pip, env = fresh_venv(tmp_path / "venv")
     install(pip, str(path))
     assert_pip_check(pip)
-    out = subprocess.run([python, "-c", CHECK_SCRIPT], capture_output=True, text=True, env=env, cwd=tmp)
+    out = subprocess.run([python, "-c", CHECK_SCRIPT], capture_output=True, text=True, env=env, cwd=tmp_path)
     version = path.name.split("-")[1]
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == [version, "the_python_hunk_is_in_effect", "1"]
     subprocess.run([*pip, "uninstall", "-y", "torch"], check=True)
     install(pip, "torch==2.15.0")
-    out = subprocess.run([python, "-c", CHECK_SCRIPT], capture_output=True, text=True, env=env, cwd=tmp)
+    out = subprocess.run([python, "-c", CHECK_SCRIPT], capture_output=True, text=True, env=env, cwd=tmp_path)
     assert out.stdout.split() == ["2.15.0+cu132", "stock", "no_shim"]
 
 
@@ -150,6 +153,7 @@ COMPILED_BUG = ("import torch\n"
                 "print(torch.__version__, out.grad_fn is not None)\n")
 
 
+@pytest.mark.xdist_group("fresh_venv")
 def test_the_real_stacks_wheel_fixes_the_eager_bug_in_a_fresh_venv(tmp_path):
     """The C++ shim (the [autograd] patch, eager) and the Python hunks (the dealias patch, compiled)
     are all active, and pip check is clean. Needs those patches in the series."""
