@@ -2,6 +2,7 @@
 compared, each difference classified (compare.py); a difference no patch's rule covers fails.
 
   ./scripts/differential.sh [--quick] [--prefix K | --series-at REV] [--jobs N] [--json OUT]
+  ./scripts/differential.sh --bodies A:B [--prefix K]  # the programs of bodies A..B-1 (a new axis)
   ./scripts/differential.sh --id ID [--id ID ...]      # these programs only, every difference shown
   ./scripts/differential.sh --show ID                  # a program's source, caller and runner
 
@@ -257,6 +258,8 @@ def main(argv=None) -> int:
     p.add_argument("--prefix", type=int, metavar="K", help="test the first K patches of the stack, not all")
     p.add_argument("--series-at", metavar="REV", help="test the stack as patches/ and overlay/ were at git REV")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="processes per side (default: 1; two sides)")
+    p.add_argument("--bodies", metavar="A:B",
+                   help="only the programs of bodies A to B-1 (e.g. an axis just added), whole")
     p.add_argument("--id", action="append", default=[], metavar="ID",
                    help="only this program and its eager twin (repeatable); prints all their differences")
     p.add_argument("--show", metavar="ID", help="print a program's source, caller and runner, and exit")
@@ -281,6 +284,16 @@ def main(argv=None) -> int:
         twins = {q for q in all_programs for w in wanted
                  if q.runner == "eager" and q.body.index == w.body.index and q.caller == w.caller}
         programs = [q for q in all_programs if q in wanted or q in twins]
+        args = [x for q in programs for x in ("--id", q.id)]
+    elif a.bodies:
+        first, _, last = a.bodies.partition(":")
+        if not (first.isdigit() and last.isdigit() and int(first) < int(last)):
+            raise BadInput(f"--bodies {a.bodies}: not A:B with A < B (body indexes)")
+        programs = [q for q in all_programs if int(first) <= q.body.index < int(last)]
+        if a.quick:
+            programs = P.quick(programs)
+        if not programs:
+            raise BadInput(f"--bodies {a.bodies}: no body of the corpus in that range")
         args = [x for q in programs for x in ("--id", q.id)]
     else:
         programs = P.quick(all_programs) if a.quick else all_programs

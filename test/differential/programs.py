@@ -34,6 +34,7 @@ OUT_KINDS = {
     "ys": "multi-output views of an intermediate",
     "yd": "a detached alias of an intermediate",
     "ydv": "a view of a detached intermediate, or a detached view",
+    "ypd": "an intermediate or a view of it, and its detached alias (the same size, stride, offset)",
     "z": "an unrelated intermediate",
     "n": "a non-tensor (an int)",
 }
@@ -61,6 +62,9 @@ INNER = ("none", "nested", "nested_dirty", "nested_setup", "enable_grad", "graph
 CTX_READS = ("none", "marked_in_forward", "marked_in_backward", "needs_input_grad_in_forward")
 BODIES = 600  # bodies drawn from the first axes
 CTX_READ_BODIES = 80  # bodies drawn after them, each with a CTX_READS value
+# Bodies drawn after those, each with one "ypd" slot: AOTAutograd regenerates the detached alias
+# from the output whose metadata it has (the (out, out.detach()) case).
+PAIR_BODIES = 40
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ _SLOT_EXPRS = {  # what an output slot returns, by kind (the variant picks one)
     "x": ("x",), "xv": X_VIEWS, "xs": tuple("*x.%s" % m for m in MULTI), "xm": ("x",),
     "y": ("y",), "yv": Y_VIEWS, "ys": tuple("*y.%s" % m for m in MULTI), "yd": DETACHED,
     "ydv": ("y.view(-1).detach()", "y.detach().view(-1)", "y.data.view(-1)"), "z": ("z",), "n": ("3",),
+    "ypd": tuple("*(%s, %s.detach())" % (v, v) for v in ("y",) + Y_VIEWS),
 }
 
 
@@ -109,7 +114,7 @@ def _prologue(body: Body, scale: str) -> list[str]:
     stmts = []
     if _needs(body.outs, "xm"):
         stmts.append("x.mul_(2)")
-    if _needs(body.outs, "y", "yv", "ys", "yd", "ydv") or body.save == "inter":
+    if _needs(body.outs, "y", "yv", "ys", "yd", "ydv", "ypd") or body.save == "inter":
         product = "x * %s" % {"x_w": "w", "x_closure": "W"}.get(body.sig, scale)
         if body.inner == "graph_break":
             stmts.append("torch._dynamo.graph_break()")
@@ -134,7 +139,7 @@ def _bind_slots(body: Body, extra: tuple = ()) -> tuple[list[str], list[str], li
         if expr.startswith("*"):
             stmts.append("m%d = %s" % (slot, expr[1:]))
             items.append("*m%d" % slot)
-            positions.append([p, p + 1])  # every multi-output view here is two tensors
+            positions.append([p, p + 1])  # every multi-output view (and "ypd") here is two tensors
             p += 2
         else:
             if expr.isidentifier() or expr.isdigit():
@@ -353,8 +358,14 @@ def _draw_outs(rng, function):
 
 def draw_body(index: int) -> Body:
     rng = random.Random("%d-body-%d" % (SEED, index))
-    function = rng.random() < 0.75 or index >= BODIES  # the ctx-read axis is a Function's
+    ctx_reads = BODIES <= index < BODIES + CTX_READ_BODIES
+    pairs = index >= BODIES + CTX_READ_BODIES  # plain code reaches AOTAutograd's case directly
+    function = rng.random() < (0.5 if pairs else 0.75) or ctx_reads  # the ctx-read axis is a Function's
     outs = _draw_outs(rng, function)
+    if pairs:  # its own stream, as for the ctx reads below
+        pair = random.Random("%d-pair-%d" % (SEED, index))
+        slot = pair.choice([i for i, (k, _) in enumerate(outs) if k != "n"])
+        outs = outs[:slot] + (("ypd", pair.randrange(len(_SLOT_EXPRS["ypd"]))),) + outs[slot + 1:]
     if not function:
         nograd = tuple(i for i in range(len(outs)) if rng.random() < 0.3)
         body = Body(index, "plain", outs, single=rng.random() < 0.5, nograd=nograd)
@@ -374,7 +385,7 @@ def draw_body(index: int) -> Body:
         single=rng.random() < 0.5,
         inner=rng.choices(INNER, (8, 1, 1, 1, 1, 1))[0],
     )
-    if index >= BODIES:  # its own stream: the draws above are those of any other body
+    if ctx_reads:  # its own stream: the draws above are those of any other body
         reads = random.Random("%d-ctx-reads-%d" % (SEED, index)).choice(CTX_READS[1:])
         body = Body(**{**body.__dict__, "ctx_reads": "marked_in_backward" if reads == "marked_in_forward"
                        and not nondiff else reads})
@@ -474,7 +485,7 @@ def programs_of(body: Body, callers: int, runners: int) -> list[Program]:
     return out
 
 
-def corpus(bodies: int = BODIES + CTX_READ_BODIES, callers: int = 3, runners: int = 2) -> list[Program]:
+def corpus(bodies: int = BODIES + CTX_READ_BODIES + PAIR_BODIES, callers: int = 3, runners: int = 2) -> list[Program]:
     """The whole corpus, in a fixed order."""
     return [p for i in range(bodies) for p in programs_of(draw_body(i), callers, runners)]
 

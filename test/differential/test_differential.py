@@ -50,8 +50,12 @@ def test_every_axis_value_occurs():
         assert set(values) <= seen, f"{axis}: never drawn: {sorted(set(values) - seen)}"
     kinds = {k for b in bodies for k, _ in b.outs}
     assert set(P.OUT_KINDS) <= kinds
-    assert {b.ctx_reads for b in bodies if b.index >= P.BODIES} == set(P.CTX_READS[1:])
-    assert {b.ctx_reads for b in bodies if b.index < P.BODIES} == {"none"}
+    ctx_read_bodies = range(P.BODIES, P.BODIES + P.CTX_READ_BODIES)
+    assert {b.ctx_reads for b in bodies if b.index in ctx_read_bodies} == set(P.CTX_READS[1:])
+    assert {b.ctx_reads for b in bodies if b.index not in ctx_read_bodies} == {"none"}
+    pairs = {v for b in bodies for k, v in b.outs if k == "ypd"}
+    assert pairs == set(range(len(P._SLOT_EXPRS["ypd"])))
+    assert all(b.index >= P.BODIES + P.CTX_READ_BODIES for b in bodies if ("ypd", 0) in b.outs)
 
 
 def test_ctx_reads_are_what_eager_keeps_on_ctx():
@@ -209,3 +213,10 @@ def test_a_compiled_observation_that_failed_on_stock_and_still_fails_is_no_regre
     # but when stock raised what eager raises, another error is a regression
     eager = {"run": "ok", "inplace[0].grad(out[1])": stock["inplace[0].grad(out[1])"]}
     assert [d.cls for d in compare.classify(compiled, stock, stack, eager, eager)] == ["unintended"]
+
+
+@pytest.mark.parametrize("bodies", ["5:2", "a:b", "3", "100000:100001"])
+def test_a_bad_bodies_range_is_refused_in_one_line(bodies, capsys):
+    import differential
+    with pytest.raises(differential.BadInput, match=rf"^--bodies {bodies}: "):
+        differential.main(["--bodies", bodies])
