@@ -838,6 +838,26 @@ def exp_view_and_detach(x):
     return y.view(-1), y.detach()
 
 
+# The detach of an output that is a view of an intermediate: AOTAutograd regenerates it from that
+# output (pytorch#100348's case); replaying its own views there raised, or untransposed a square one.
+@case(M23, owner="issue-6")
+def t_and_its_detach(x):
+    a = x.exp().t()
+    return a, a.detach()
+
+
+@case([((3, 3), True)], owner="issue-6")
+def square_t_and_its_detach(x):
+    a = x.exp().t()
+    return a, a.detach()
+
+
+@case(M23, owner="issue-6")
+def rows_and_their_detach(x):
+    a = x.exp()[1:]
+    return a, a.detach()
+
+
 @case(M23)
 def mul_and_detach(x):
     y = x * 2
