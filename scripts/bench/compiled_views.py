@@ -88,6 +88,10 @@ def functions():
         y = x.exp()
         return y, y.view(-1).detach()
 
+    def view_and_its_detach(x):  # patch 6's case where stock's replay already worked
+        a = x.exp().view(-1)
+        return a, a.detach()
+
     def unbind_of_intermediate(x):
         return (x * 2).unbind(0)
 
@@ -105,8 +109,8 @@ def functions():
 
     return [anchor_no_view, anchor_view_of_input, split_of_intermediate,
             no_views, no_grad_view_of_intermediate, no_grad_view_of_input, computed_from_no_grad_view,
-            views_and_detach, plain_view, function_marked_view, exp_and_detached_view, unbind_of_intermediate,
-            unbind_input]
+            views_and_detach, plain_view, function_marked_view, exp_and_detached_view, view_and_its_detach,
+            unbind_of_intermediate, unbind_input]
 
 
 def dump_code(backends=BACKENDS, fns=None) -> dict:
