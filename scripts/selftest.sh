@@ -19,7 +19,7 @@ case "${1:-}" in
 usage: selftest.sh [-h] [--quick] [PYTEST_ARGS ...]
 
 The project's own tests (test/), with pytest in parallel: the whole run is what
-CI runs (.ci/run); it needs 16 GiB free in \$TMPDIR. Everything a run writes goes
+CI runs (.ci/run); it needs 11 GiB free in \$TMPDIR. Everything a run writes goes
 into one temporary folder of its own, removed at the end.
 
 options:
@@ -38,11 +38,12 @@ EOF
   --quick) shift; set -- "${quick[@]}" "$@" ;;
 esac
 # torch 2.15.0 is a CUDA build: a fresh venv with it (the wheel tests', the first-use test's) holds
-# 5.4 GB. Those tests are one xdist group (--dist loadgroup: one worker, one after the other) and
-# each venv goes with its test's tmp_path, so the whole suite needs about 14.2 GiB at its peak
-# (docs/verification.md); refuse at once on a fuller disk rather than fail later with "No space
-# left on device" in whichever test was unlucky.
-need_gib=16
+# 5.4 GB. Those tests are one xdist group (--dist loadgroup: one worker, one after the other;
+# test_selftest_grouping.py checks that the pinned pytest and xdist still group) and each venv goes
+# with its test's tmp_path, so the whole suite needs about 8.6 GiB at its peak (docs/verification.md);
+# refuse at once on a fuller disk rather than fail later with "No space left on device" in whichever
+# test was unlucky.
+need_gib=11
 free_gib=$(( $(df -Pk "${TMPDIR:-/tmp}" | awk 'NR == 2 {print $4}') / 1048576 ))
 if [[ $# -eq 0 && $free_gib -lt $need_gib ]]; then
   echo "error: selftest.sh needs $need_gib GiB free in ${TMPDIR:-/tmp} (the whole suite); it has $free_gib GiB" >&2
