@@ -65,6 +65,14 @@ CTX_READ_BODIES = 80  # bodies drawn after them, each with a CTX_READS value
 # Bodies drawn after those, each with one "ypd" slot: AOTAutograd regenerates the detached alias
 # from the output whose metadata it has (the (out, out.detach()) case).
 PAIR_BODIES = 40
+# Bodies drawn after those, each a Function whose input is an intermediate of the compiled frame
+# (`x = x0.exp()`, whose backward saves x) and whose caller returns that intermediate after the
+# Function's outputs: an in-place change of an output that aliases x must fail backward through x
+# as in eager (a review found a patch that lost it under inductor, and the corpus had no body that
+# returns the frame's own intermediate). The Function is applied in the caller's grad mode, or
+# under an inner torch.no_grad() (where Dynamo inlines forward), drawn from their own stream.
+FRAME_CALLS = ("grad", "no_grad")
+FRAME_BODIES = 40
 
 
 @dataclass(frozen=True)
@@ -84,6 +92,7 @@ class Body:
     inner: str = "none"  # how forward computes y (INNER)
     nograd: tuple = ()  # plain: output slots computed under torch.no_grad()
     ctx_reads: str = "none"  # CTX_READS
+    frame: str = ""  # FRAME_CALLS: the Function's input is the frame's intermediate, returned last too
     source: str = field(default="", compare=False)
 
     @property
@@ -259,8 +268,15 @@ def _render_function(body: Body) -> str:
         lines += ["        if not ctx.needs_input_grad[0]:", "            gx = None"]
     rest = ", total * torch.ones(ctx.shape)" if body.sig == "x_w" else ("" if n_inputs == 1 else ", None")
     lines += ["        return gx%s" % rest, ""]
-    return "\n".join(_HEADER + ["", "", *lines, "", "def body(%s):" % ("x, w" if body.sig == "x_w" else "x"),
-                                "    return %s" % call, ""])
+    if body.frame:
+        call_lines = ["def body(%s):" % ("x0, w" if body.sig == "x_w" else "x0"),
+                      "    x = x0.exp()"]
+        call_lines += (["    with torch.no_grad():", "        out = %s" % call] if body.frame == "no_grad"
+                       else ["    out = %s" % call])
+        call_lines.append("    return (*out, x) if isinstance(out, tuple) else (out, x)")
+    else:
+        call_lines = ["def body(%s):" % ("x, w" if body.sig == "x_w" else "x"), "    return %s" % call]
+    return "\n".join(_HEADER + ["", "", *lines, "", *call_lines, ""])
 
 
 def _render_plain(body: Body) -> str:
@@ -359,9 +375,12 @@ def _draw_outs(rng, function):
 def draw_body(index: int) -> Body:
     rng = random.Random("%d-body-%d" % (SEED, index))
     ctx_reads = BODIES <= index < BODIES + CTX_READ_BODIES
-    pairs = index >= BODIES + CTX_READ_BODIES  # plain code reaches AOTAutograd's case directly
-    function = rng.random() < (0.5 if pairs else 0.75) or ctx_reads  # the ctx-read axis is a Function's
+    frame = index >= BODIES + CTX_READ_BODIES + PAIR_BODIES
+    pairs = BODIES + CTX_READ_BODIES <= index < BODIES + CTX_READ_BODIES + PAIR_BODIES  # plain code too
+    function = rng.random() < (0.5 if pairs else 0.75) or ctx_reads or frame  # those axes are a Function's
     outs = _draw_outs(rng, function)
+    if frame:  # two slots at most: with x after them, every output is observed (MAX_OUTPUTS)
+        outs = outs[:2]
     if pairs:  # its own stream, as for the ctx reads below
         pair = random.Random("%d-pair-%d" % (SEED, index))
         slot = pair.choice([i for i, (k, _) in enumerate(outs) if k != "n"])
@@ -389,6 +408,9 @@ def draw_body(index: int) -> Body:
         reads = random.Random("%d-ctx-reads-%d" % (SEED, index)).choice(CTX_READS[1:])
         body = Body(**{**body.__dict__, "ctx_reads": "marked_in_backward" if reads == "marked_in_forward"
                        and not nondiff else reads})
+    if frame:
+        call = random.Random("%d-frame-%d" % (SEED, index)).choice(FRAME_CALLS)
+        body = Body(**{**body.__dict__, "frame": call})
     return Body(**{**body.__dict__, "source": render(body)})
 
 
@@ -463,14 +485,23 @@ def _pick(rng, weights):
     return rng.choices(list(weights), list(weights.values()))[0]
 
 
+# A frame body's callers and runners: grad mode on around it (its Function may take its own
+# no_grad()), and mostly AOTAutograd's runners, where its outputs are regenerated.
+FRAME_GRAD_WEIGHTS = {"grad": 6, "no_grad": 1, "no_grad_inner": 1, "inference_mode": 1}
+FRAME_RUNNER_WEIGHTS = {**RUNNER_WEIGHTS, "compile_eager": 2, "compile_eager_fg": 1, "aot_eager": 6,
+                        "inductor": 6, "inductor_fg": 2, "inductor_dyn": 2}
+
+
 def programs_of(body: Body, callers: int, runners: int) -> list[Program]:
     """The programs of one body: CALLERS callers, each with eager and RUNNERS compiled runners."""
     rng = random.Random("%d-programs-%d" % (SEED, body.index))
+    grad_weights = FRAME_GRAD_WEIGHTS if body.frame else GRAD_WEIGHTS
+    runner_weights = FRAME_RUNNER_WEIGHTS if body.frame else RUNNER_WEIGHTS
     out, seen = [], set()
     for _ in range(callers * 4):
         if len(seen) == callers:
             break
-        grad, inputs, wrapper = _pick(rng, GRAD_WEIGHTS), _pick(rng, INPUT_WEIGHTS), _pick(rng, WRAPPER_WEIGHTS)
+        grad, inputs, wrapper = _pick(rng, grad_weights), _pick(rng, INPUT_WEIGHTS), _pick(rng, WRAPPER_WEIGHTS)
         if (grad, inputs, wrapper) in seen or not _caller_ok(body, grad, inputs, wrapper):
             continue
         seen.add((grad, inputs, wrapper))
@@ -478,14 +509,14 @@ def programs_of(body: Body, callers: int, runners: int) -> list[Program]:
         for _ in range(runners * 4):
             if len(chosen) == runners + 1:
                 break
-            runner = _pick(rng, RUNNER_WEIGHTS)
+            runner = _pick(rng, runner_weights)
             if runner not in chosen and _runner_ok(runner, wrapper, grad):
                 chosen.append(runner)
         out += [Program(body, grad, inputs, wrapper, r) for r in chosen]
     return out
 
 
-def corpus(bodies: int = BODIES + CTX_READ_BODIES + PAIR_BODIES, callers: int = 3, runners: int = 2) -> list[Program]:
+def corpus(bodies: int = BODIES + CTX_READ_BODIES + PAIR_BODIES + FRAME_BODIES, callers: int = 3, runners: int = 2) -> list[Program]:
     """The whole corpus, in a fixed order."""
     return [p for i in range(bodies) for p in programs_of(draw_body(i), callers, runners)]
 

@@ -56,6 +56,23 @@ def test_every_axis_value_occurs():
     pairs = {v for b in bodies for k, v in b.outs if k == "ypd"}
     assert pairs == set(range(len(P._SLOT_EXPRS["ypd"])))
     assert all(b.index >= P.BODIES + P.CTX_READ_BODIES for b in bodies if ("ypd", 0) in b.outs)
+    first_frame = P.BODIES + P.CTX_READ_BODIES + P.PAIR_BODIES
+    assert {b.index for b in bodies if b.frame} == set(range(first_frame, first_frame + P.FRAME_BODIES))
+    assert {b.frame for b in bodies if b.frame} == set(P.FRAME_CALLS)
+
+
+def test_a_frame_body_returns_the_frames_own_intermediate_after_the_outputs():
+    # eager runs it: the Function gets x0.exp(), and the intermediate comes back last, the one
+    # whose saved result an in-place change of an output aliasing it invalidates.
+    body = next(b for b in map(P.draw_body, range(P.BODIES + P.CTX_READ_BODIES + P.PAIR_BODIES, 10000))
+                if b.frame and b.kind == "function" and b.sig == "x" and len(b.outs) == 2)
+    ns = {}
+    exec(body.source, ns)
+    torch = ns["torch"]
+    x0 = torch.randn(2, 3, requires_grad=True)
+    out = ns["body"](x0)
+    assert len(out) == 3 or any(k in ("xs", "ys", "ypd") for k, _ in body.outs)
+    assert torch.equal(out[-1], x0.detach().exp()) and out[-1].grad_fn.name() == "ExpBackward0"
 
 
 def test_ctx_reads_are_what_eager_keeps_on_ctx():
