@@ -12,7 +12,6 @@ import test_cli
 import test_wheel
 
 GROUPED = textwrap.dedent("""\
-    import os
     import pytest
 
     @pytest.mark.xdist_group("g")

@@ -73,6 +73,10 @@ PAIR_BODIES = 40
 # under an inner torch.no_grad() (where Dynamo inlines forward), drawn from their own stream.
 FRAME_CALLS = ("grad", "no_grad")
 FRAME_BODIES = 40
+# Where each family sits in the corpus's order (a frame body's index is FRAME_RANGE.start or more).
+CTX_READ_RANGE = range(BODIES, BODIES + CTX_READ_BODIES)
+PAIR_RANGE = range(CTX_READ_RANGE.stop, CTX_READ_RANGE.stop + PAIR_BODIES)
+FRAME_RANGE = range(PAIR_RANGE.stop, PAIR_RANGE.stop + FRAME_BODIES)
 
 
 @dataclass(frozen=True)
@@ -374,9 +378,9 @@ def _draw_outs(rng, function):
 
 def draw_body(index: int) -> Body:
     rng = random.Random("%d-body-%d" % (SEED, index))
-    ctx_reads = BODIES <= index < BODIES + CTX_READ_BODIES
-    frame = index >= BODIES + CTX_READ_BODIES + PAIR_BODIES
-    pairs = BODIES + CTX_READ_BODIES <= index < BODIES + CTX_READ_BODIES + PAIR_BODIES  # plain code too
+    ctx_reads = index in CTX_READ_RANGE
+    frame = index >= FRAME_RANGE.start
+    pairs = index in PAIR_RANGE  # plain code too
     function = rng.random() < (0.5 if pairs else 0.75) or ctx_reads or frame  # those axes are a Function's
     outs = _draw_outs(rng, function)
     if frame:  # two slots at most: with x after them, every output is observed (MAX_OUTPUTS)
@@ -516,7 +520,7 @@ def programs_of(body: Body, callers: int, runners: int) -> list[Program]:
     return out
 
 
-def corpus(bodies: int = BODIES + CTX_READ_BODIES + PAIR_BODIES + FRAME_BODIES, callers: int = 3, runners: int = 2) -> list[Program]:
+def corpus(bodies: int = FRAME_RANGE.stop, callers: int = 3, runners: int = 2) -> list[Program]:
     """The whole corpus, in a fixed order."""
     return [p for i in range(bodies) for p in programs_of(draw_body(i), callers, runners)]
 
