@@ -21,23 +21,14 @@ from scoreboard import STACK_SH  # noqa: E402
 # compiles as on stock). Compiled code that branches on its requires_grad takes stock's branch,
 # and here registers a hook on a tensor that no longer requires grad: RuntimeError, where stock
 # (and eager, which skips the branch) run.
-HOOK_IF_REQUIRES_GRAD = """
+HOOK_IF_REQUIRES_GRAD = f"""
+import sys
 import torch
-
-class F(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x):
-        y = x * 2
-        v = y.view(-1)
-        ctx.mark_non_differentiable(v)
-        return y, v
-
-    @staticmethod
-    def backward(ctx, gy, gv):
-        return gy * 2
+sys.path.insert(0, {HERE!r})
+from cases import NondiffViewOfOut  # y = x * 2; v = y.view(-1), marked; return y, v
 
 def fn(x):
-    y, v = F.apply(x)
+    y, v = NondiffViewOfOut.apply(x)
     if v.requires_grad:
         v.register_hook(lambda grad: grad * 10)
     return y * 3
