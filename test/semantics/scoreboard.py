@@ -87,11 +87,15 @@ def format_known(case, mode, issue, diffs):
     return SEP.join([f"{case} {mode} {issue}", *diffs])
 
 
+def side_command(side, *command):
+    """COMMAND run on SIDE: "stock" (the unmodified torch) or "stack" (the overlay)."""
+    return [STACK_SH, "run", *(["--stock"] if side == "stock" else []), "--", *command]
+
+
 def run_side(side, json_out, shard=None, inductor_cache=None):
     """Runs the catalogue (or one shard of it) on SIDE ("stock" or "stack", i.e. with the
     overlay) in a subprocess; returns {(case, mode): diffs}."""
-    command = [STACK_SH, "run", *(["--stock"] if side == "stock" else []), "--",
-               "python", os.path.abspath(__file__), "--json", json_out]
+    command = side_command(side, "python", os.path.abspath(__file__), "--json", json_out)
     command += ["--shard", shard] if shard else []
     env = dict(os.environ)
     if inductor_cache:  # compile caches per side: stock artefacts never serve the stack

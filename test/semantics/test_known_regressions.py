@@ -13,7 +13,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-from scoreboard import STACK_SH  # noqa: E402
+from scoreboard import side_command  # noqa: E402
 
 # Patch 1 returns a marked view that requires grad as a detached alias, also inside
 # autograd_function_apply when backend="eager" runs Dynamo's graph with real tensors; Dynamo's
@@ -43,8 +43,7 @@ except RuntimeError as e:
 
 
 def run(side, program):
-    command = [STACK_SH, "run", *(["--stock"] if side == "stock" else []), "--", "python", "-c", program]
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = subprocess.run(side_command(side, "python", "-c", program), capture_output=True, text=True)
     assert result.returncode == 0, f"{side} failed ({result.returncode}):\n{result.stderr[-3000:]}"
     return result.stdout
 
