@@ -271,3 +271,25 @@ def saved_tensor_version_checked(program, path, a, b, stock, stack, eager_stock,
     what, i, j = parse(path)
     return (what in ("inplace", "inplace_no_grad") and j is not None and not raised(a) and raised(b)
             and "modified by an inplace operation" in b)
+
+
+def _backward_after_inplace(path) -> bool:
+    what, i, j = parse(path)
+    return what in ("inplace", "inplace_no_grad") and j is not None
+
+
+@rule(SAVED, "a module's full backward hooks do not fire for the backwards now refused")
+def hooks_of_refused_backwards(program, path, a, b, stock, stack, eager_stock, eager_stack):
+    """A backward that the saved-tensor check now refuses (as eager refuses it) runs no module
+    backward hook: the hook log is stock's without one firing per such backward, in order."""
+    if path != "hooks" or program.wrapper != "module_hook" or not program.runner.startswith("compile_eager"):
+        return False
+    if not isinstance(a, list) or not isinstance(b, list) or eager_stack is None:
+        return False
+    refused = [k for k, v in stack.items()
+               if _backward_after_inplace(k) and raised(v) and isinstance(stock.get(k), list)
+               and raised(eager_stack.get(k))]
+    if not refused or len(a) - len(b) != len(refused):
+        return False
+    rest = iter(a)
+    return all(any(x == y for y in rest) for x in b)  # b is a with those firings left out
