@@ -202,6 +202,10 @@ class Hooks:
         self.calls.append([None if g is None else list(g.shape) for g in (*grad_input, *grad_output)])
 
 
+def _identity(grad):
+    return grad
+
+
 def user_function(program: P.Program, body, hooks: Hooks):
     """The function the runner compiles: the body as the caller calls it."""
     inner = body.body
@@ -232,6 +236,16 @@ def user_function(program: P.Program, body, hooks: Hooks):
         def inner(*args):
             return torch.utils.checkpoint.checkpoint(checkpointed, *args,
                                                      use_reentrant=wrapper == "checkpoint_reentrant")
+
+    elif wrapper == "requires_grad_hook":
+        unhooked = inner
+
+        def inner(*args):
+            out = unhooked(*args)
+            for o in out if isinstance(out, tuple) else (out,):
+                if isinstance(o, torch.Tensor) and o.requires_grad:
+                    o.register_hook(_identity)
+            return out
 
     elif wrapper == "module_hook":
         class Module(torch.nn.Module):

@@ -429,9 +429,11 @@ GRAD_MODES = ("grad", "no_grad", "no_grad_inner", "inference_mode")
 INPUTS = ("leaf", "leaf_norg", "nonleaf", "param", "param_slice", "tf_subclass", "tf_subclass_alias", "twotensor")
 # What wraps the call: nothing; a graph break before or after the body's call (compiled runners);
 # torch.utils.checkpoint; a module with a full backward hook; torch.func transforms over the
-# runner's function.
+# runner's function; code after the call that registers a hook on each output that requires grad
+# (compiled code decides from Dynamo's traced outputs and runs on the real ones: only its own
+# caller, REQUIRES_GRAD_HOOK, draws it).
 WRAPPERS = ("none", "graph_break", "checkpoint", "checkpoint_reentrant", "module_hook",
-            "func_grad", "func_vjp", "func_jacrev", "func_jvp", "func_vmap")
+            "func_grad", "func_vjp", "func_jacrev", "func_jvp", "func_vmap", "requires_grad_hook")
 # How it runs. _fg: fullgraph=True; _dyn: dynamic=True.
 RUNNERS = ("eager", "compile_eager", "compile_eager_fg", "compile_eager_dyn", "aot_eager", "aot_eager_fg",
            "aot_eager_dyn", "inductor", "inductor_fg", "inductor_dyn", "aot_function", "export_strict",
@@ -520,9 +522,23 @@ def programs_of(body: Body, callers: int, runners: int) -> list[Program]:
     return out
 
 
+# The runners of the requires_grad_hook caller: torch.compile's (the branch is compiled code).
+HOOK_RUNNER_WEIGHTS = {r: w for r, w in RUNNER_WEIGHTS.items() if r.startswith(("compile_eager", "aot_eager", "inductor"))}
+
+
+def requires_grad_hook_programs(body: Body) -> list[Program]:
+    """One more caller of every body, drawn apart so that the programs above stay as they were:
+    grad mode on, a leaf input, a hook registered after the call on each output that requires grad
+    (`if out.requires_grad: out.register_hook(...)`); eager and one compiled runner. A compiled
+    output whose requires_grad at run time is not the traced one's makes it raise."""
+    rng = random.Random("%d-requires-grad-hook-%d" % (SEED, body.index))
+    return [Program(body, "grad", "leaf", "requires_grad_hook", r) for r in ("eager", _pick(rng, HOOK_RUNNER_WEIGHTS))]
+
+
 def corpus(bodies: int = FRAME_RANGE.stop, callers: int = 3, runners: int = 2) -> list[Program]:
     """The whole corpus, in a fixed order."""
-    return [p for i in range(bodies) for p in programs_of(draw_body(i), callers, runners)]
+    bodies_drawn = [draw_body(i) for i in range(bodies)]
+    return [p for b in bodies_drawn for p in (*programs_of(b, callers, runners), *requires_grad_hook_programs(b))]
 
 
 def quick(programs: list[Program], every: int = 10) -> list[Program]:

@@ -102,12 +102,9 @@ def _detached_outputs(program, stock, stack):
 
 @rule(AUTOGRAD, "a marked view that requires grad is returned as a detached alias")
 def marked_view_detached(program, path, a, b, stock, stack, eager_stock, eager_stack):
-    """Eager; and compiled under the reentrant checkpoint, which Dynamo traces as the
-    non-reentrant one (as on stock): there the Function's alias is the output, as eager's
-    non-reentrant checkpoint returns it, where eager's CheckpointFunction re-wraps it."""
-    if program.body.kind != "function":
-        return False
-    if program.runner != "eager" and program.wrapper != "checkpoint_reentrant":
+    """Eager only: under torch.compile such a view is returned as traced, as on stock (with
+    backend="eager" too: autograd_function_apply returns it as Dynamo traced it)."""
+    if program.body.kind != "function" or program.runner != "eager":
         return False
     detached = _detached_outputs(program, stock, stack)
     if not detached:
@@ -152,22 +149,14 @@ def module_hook_without_alias(program, path, a, b, stock, stack, eager_stock, ea
     and when no output requires grad any more, none is wrapped (not a view, no base). The
     other outputs are no longer views of a multi-output BackwardHookFunction: an in-place on
     one still raises, naming the custom Function."""
-    if program.wrapper != "module_hook" or program.body.kind != "function":
+    if program.wrapper != "module_hook" or program.body.kind != "function" or program.runner != "eager":
         return False
-    if program.runner == "eager":
-        detached = _newly_not_requiring_grad(program, stock, stack)
-    else:  # compiled: the outputs eager now detaches; the rest of the program is compared with eager
-        if eager_stock is None or eager_stack is None:
-            return False
-        detached = [i for i in _newly_not_requiring_grad(program, eager_stock, eager_stack)
-                    if stack.get("out[%d].requires_grad" % i) is False]
+    detached = _newly_not_requiring_grad(program, stock, stack)
     if not detached:
         return False
     what, i, attr = parse(path)
     if what == "hooks":
         return True
-    if program.runner != "eager":  # only the hook's wrapping of the detached outputs
-        return what == "out" and i in detached and attr in ("is_view", "base") and b in (False, None, "other")
     if what == "out" and i in detached and attr in ("requires_grad", "grad_fn", "is_leaf"):
         return b == _ALIAS[attr]
     if what == "out" and attr in ("is_view", "base"):  # the hook's wrapping, not the program's view
@@ -183,18 +172,6 @@ def module_hook_without_alias(program, path, a, b, stock, stack, eager_stock, ea
             return b == "n/a"
         return raised(a) and raised(b) and "returns multiple views" in a and "created inside a custom Function" in b
     return False
-
-
-@rule(AUTOGRAD, "compiled code re-wraps the alias of a __torch_function__ subclass's marked view")
-def rewrapped_alias_of_subclass_view(program, path, a, b, stock, stack, eager_stock, eager_stack):
-    """Where the Function runs on real tensors under torch.compile (backend="eager", or Dynamo's
-    runtime of autograd_function_apply), it returns the alias, and Dynamo wraps the outputs of a
-    __torch_function__ subclass's call in the subclass again (as_subclass()): the output is a view
-    of the alias, whose base the program cannot see, where eager returns the plain alias."""
-    if not program.inputs.startswith("tf_subclass") or program.runner == "eager" or program.body.kind != "function":
-        return False
-    what, i, attr = parse(path)
-    return (what == "out" and attr == "base" and b == "other" and detached_marked_view(program, i, stock, stack))
 
 
 @rule(AUTOGRAD, "a Function returning an inner Function's marked view returns a non-view")
