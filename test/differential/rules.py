@@ -174,6 +174,23 @@ def module_hook_without_alias(program, path, a, b, stock, stack, eager_stock, ea
     return False
 
 
+@rule(AUTOGRAD, "code that hooks only outputs requiring grad skips the alias")
+def hook_branch_skips_alias(program, path, a, b, stock, stack, eager_stock, eager_stack):
+    """"register_hook() and retain_grad() on it now raise, as on any tensor that does not require
+    grad": code that registers a hook only on the outputs that require grad (the
+    requires_grad_hook caller) skips the alias. On stock it hooked the view and met the view's own
+    check, as on any access of its grad_fn: a view made in forward (no_grad mode, in a custom
+    Function) whose base was modified in place after it (an input marked dirty) raises there."""
+    from programs import marked_positions
+
+    if program.runner != "eager" or program.wrapper != "requires_grad_hook" or program.body.kind != "function":
+        return False
+    if path != "run" or not raised(a) or b != "ok" or "created inside a custom Function" not in a:
+        return False
+    return any(stack.get("out[%d].requires_grad" % i) is False and stack.get("out[%d].is_view" % i) is False
+               for i in marked_positions(program.body))
+
+
 @rule(AUTOGRAD, "a Function returning an inner Function's marked view returns a non-view")
 def outer_function_returns_alias(program, path, a, b, stock, stack, eager_stock, eager_stack):
     """"A Function that returns, unmarked, the marked view of an inner Function now returns a
