@@ -10,7 +10,7 @@ anchor_no_view, printed at the end), the yardstick for the stack's regenerated o
 
 Each side runs in its own worker process (`stack.sh run --stock` / `stack.sh run`), the
 two alternating for --rounds rounds so that drift hits both alike. A worker compiles each
-function with aot_eager and inductor, warms up, then times forward calls and
+function with backend="eager", aot_eager and inductor, warms up, then times forward calls and
 forward+backward calls. The parent prints stock and patched medians and their ratio, and
 the ratio relative to the control's in the same round ("vs control", median over rounds).
 """
@@ -26,6 +26,9 @@ from pathlib import Path
 
 STACK_SH = Path(__file__).resolve().parents[1] / "stack.sh"
 BACKENDS = ("aot_eager", "inductor")
+# Timed also with backend="eager": autograd_function_apply's run time (patch 1's Python half)
+# is what the Function rows pay there; it generates no code, so --same-code leaves it out.
+TIMED_BACKENDS = ("eager", *BACKENDS)
 EPILOG = """\
 --same-code prints, per graph, "same" or the kinds of runtime wrapper whose generated code
 differs with the stack (e.g. compiled_fn_wrapper, output_alias_wrapper), then how many
@@ -84,6 +87,19 @@ def functions():
     def function_marked_view(x):
         return MarkedView.apply(x)
 
+    class Unmarked(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            y = x * 2
+            return y, y.view(-1)
+
+        @staticmethod
+        def backward(ctx, gy, gv):
+            return gy * 2 + gv.view_as(gy)
+
+    def function_unmarked(x):  # a Function that marks nothing
+        return Unmarked.apply(x)
+
     def exp_and_detached_view(x):
         y = x.exp()
         return y, y.view(-1).detach()
@@ -109,7 +125,8 @@ def functions():
 
     return [anchor_no_view, anchor_view_of_input, split_of_intermediate,
             no_views, no_grad_view_of_intermediate, no_grad_view_of_input, computed_from_no_grad_view,
-            views_and_detach, plain_view, function_marked_view, exp_and_detached_view, view_and_its_detach,
+            views_and_detach, plain_view, function_marked_view, function_unmarked, exp_and_detached_view,
+            view_and_its_detach,
             unbind_of_intermediate, unbind_input]
 
 
@@ -216,7 +233,7 @@ def worker(args) -> None:
 
     torch.manual_seed(0)
     results = {}
-    for backend in BACKENDS:
+    for backend in TIMED_BACKENDS:
         for fn in functions():
             torch._dynamo.reset()
             compiled = torch.compile(fn, backend=backend)

@@ -393,6 +393,17 @@ def compile_for(f, mode):
     return torch.compile(f, backend=backend, dynamic=dyn, fullgraph=fullgraph)
 
 
+def compiled_record(case, mode):
+    """The compiled side's record of one (case, mode), as run_case observes it."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch._dynamo.reset()
+        try:
+            return observe(compile_for(case.fn, mode), case)
+        finally:
+            torch._dynamo.reset()
+
+
 def run_case(case, mode):
     """Differences for one (case, mode); [] means eager and compiled agree."""
     with warnings.catch_warnings():

@@ -6,8 +6,13 @@ the stack overlaid (each side in its own subprocess, through scripts/stack.sh ru
   known_failures_stack.txt  pairs that still differ with the stack: the open issue that owns
                             each, as an expected failure; every other pair must agree with
                             the stack (a fixed pair, or one that never differed: no regression).
-                            It lists only pairs of the stock list: a pair that agreed on stock
-                            and differs with the stack is a regression, which no list can excuse.
+                            It lists pairs of the stock list, and pairs tagged compiled-as-stock:
+                            they agreed on stock and differ with the stack only because eager
+                            moved (a patch's eager fix that compiled code does not follow), their
+                            compiled code behaving exactly as on stock, which
+                            test_compiled_as_stock_pairs_compile_as_on_stock checks on both sides.
+                            Any other pair that agreed on stock and differs with the stack is a
+                            regression, which no list can excuse.
 
 Both directions are exact: a listed pair that agrees fails too, so the lists stay true. And
 each listed pair names the differences it shows (harness.diff_records' observations): the
@@ -26,7 +31,7 @@ sys.path.insert(0, HERE)
 
 from cases import CASES  # noqa: E402
 from harness import MODES, modes_for  # noqa: E402
-from scoreboard import SIDES, format_known, load_known, run_side  # noqa: E402
+from scoreboard import AS_STOCK, SIDES, compiled_as_stock, format_known, load_known, run_side  # noqa: E402
 
 SHARDS = 6
 KNOWN = {side: load_known(os.path.join(HERE, f"known_failures_{side}.txt")) for side in SIDES}
@@ -43,11 +48,27 @@ def test_the_known_lists_name_real_pairs_and_open_issues():
 
 
 def test_the_stack_list_is_within_the_stock_list():
-    """A pair can be listed as still differing with the stack only if it differs on stock too:
-    a pair that agreed on stock and differs with the stack is a regression, never a known failure."""
-    regressions = sorted(f"{c} {m}" for c, m in set(KNOWN["stack"]) - set(KNOWN["stock"]))
+    """A pair can be listed as still differing with the stack only if it differs on stock too,
+    or is tagged compiled-as-stock (and only then): a pair that agreed on stock and differs with
+    the stack is a regression, never a known failure, unless its compiled code is as on stock."""
+    regressions = sorted(f"{c} {m}" for (c, m), k in KNOWN["stack"].items()
+                         if (c, m) not in KNOWN["stock"] and not k.as_stock)
     assert not regressions, ("known_failures_stack.txt lists pairs that agree on stock "
                              "(regressions of the stack):\n  " + "\n  ".join(regressions))
+    mistagged = sorted(f"{c} {m}" for (c, m), k in KNOWN["stack"].items() if k.as_stock and (c, m) in KNOWN["stock"])
+    assert not mistagged, f"tagged {AS_STOCK} but they differ on stock too:\n  " + "\n  ".join(mistagged)
+
+
+AS_STOCK_PAIRS = sorted(pair for pair, k in KNOWN["stack"].items() if k.as_stock)
+
+
+@pytest.mark.skipif(not AS_STOCK_PAIRS, reason=f"no pair is tagged {AS_STOCK}")
+def test_compiled_as_stock_pairs_compile_as_on_stock(tmp_path):
+    """Each pair tagged compiled-as-stock: its compiled code observed on stock and with the
+    stack (every observation of harness.observe) is the same, so that only eager moved."""
+    changed = {pair: d for pair, d in compiled_as_stock(AS_STOCK_PAIRS, str(tmp_path)).items() if d}
+    assert not changed, "compiled code changed (regressions, not eager moving):" + "".join(
+        f"\n  {c} {m}: " + "; ".join(d) for (c, m), d in sorted(changed.items()))
 
 
 def _otherwise(pair, measured, listed):
