@@ -118,12 +118,13 @@ def run_side(side, json_out, shard=None, inductor_cache=None):
         return {(r["case"], r["mode"]): r["diffs"] for r in json.load(f)}
 
 
-def compiled_records(side, pairs, out):
+def compiled_records(side, pairs, out, inductor_cache):
     """The compiled side's records (harness.observe) of PAIRS [(case, mode)] on SIDE, run in a
-    subprocess; {(case, mode): record}."""
+    subprocess with a compile cache of its own under INDUCTOR_CACHE; {(case, mode): record}."""
     command = side_command(side, "python", os.path.abspath(__file__), "--records", out,
                            "--pairs", *(f"{c}:{m}" for c, m in pairs))
-    result = subprocess.run(command, capture_output=True, text=True)
+    env = {**os.environ, **private_inductor_env(os.path.join(inductor_cache, side))}
+    result = subprocess.run(command, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"compiled records on {side} failed ({result.returncode}):\n{result.stderr[-3000:]}")
     return torch.load(out, weights_only=False)
@@ -133,7 +134,7 @@ def compiled_as_stock(pairs, tmp):
     """{pair: how its compiled record differs between stock and the stack} for PAIRS, both sides
     run at once; [] for a pair whose compiled code behaves exactly as on stock."""
     with ThreadPoolExecutor(2) as pool:
-        futures = {side: pool.submit(compiled_records, side, pairs, os.path.join(tmp, f"{side}.records"))
+        futures = {side: pool.submit(compiled_records, side, pairs, os.path.join(tmp, f"{side}.records"), tmp)
                    for side in SIDES}
         stock, stack = (futures[side].result() for side in SIDES)
     return {pair: [d.replace(": eager=", ": stock=").replace(" compiled=", " stack=")
