@@ -251,6 +251,12 @@ def inlined_detach_makes_a_graph(program, path, a, b, stock, stack, eager_stock,
 SAVED = "0005-dynamo-Check-saved-tensors-versions-in-autograd_function_apply.patch"
 
 
+def _backward_after_inplace(path) -> bool:
+    """`inplace[i].grad(out[j])`: a backward after an in-place change of an output."""
+    what, i, j = parse(path)
+    return what in ("inplace", "inplace_no_grad") and j is not None
+
+
 @rule(SAVED, "backend=eager checks a saved tensor's version in backward")
 def saved_tensor_version_checked(program, path, a, b, stock, stack, eager_stock, eager_stack):
     """"An autograd.Function that saves a tensor with ctx.save_for_backward and sees it modified
@@ -262,14 +268,8 @@ def saved_tensor_version_checked(program, path, a, b, stock, stack, eager_stock,
         return False
     if program.body.save == "none":
         return False
-    what, i, j = parse(path)
-    return (what in ("inplace", "inplace_no_grad") and j is not None and not raised(a) and raised(b)
+    return (_backward_after_inplace(path) and not raised(a) and raised(b)
             and "modified by an inplace operation" in b)
-
-
-def _backward_after_inplace(path) -> bool:
-    what, i, j = parse(path)
-    return what in ("inplace", "inplace_no_grad") and j is not None
 
 
 @rule(SAVED, "a module's full backward hooks do not fire for the backwards now refused")

@@ -419,10 +419,9 @@ def run_case(case, mode):
         torch._dynamo.reset()
         try:
             eager = observe(case.fn, case)
-            compiled = observe(compile_for(case.fn, mode), case)
         finally:
             torch._dynamo.reset()
-        d = diff_records(eager, compiled)
+        d = diff_records(eager, compiled_record(case, mode))
         if case.check is not None and mode in case.check_modes:
             d += _run_check(case, mode)
         return d

@@ -103,17 +103,21 @@ def side_command(side, *command):
     return [STACK_SH, "run", *(["--stock"] if side == "stock" else []), "--", *command]
 
 
-def run_side(side, json_out, shard=None, inductor_cache=None):
-    """Runs the catalogue (or one shard of it) on SIDE ("stock" or "stack", i.e. with the
-    overlay) in a subprocess; returns {(case, mode): diffs}."""
-    command = side_command(side, "python", os.path.abspath(__file__), "--json", json_out)
-    command += ["--shard", shard] if shard else []
+def _run_on_side(side, args, inductor_cache=None):
+    """This script with ARGS on SIDE in a subprocess; raises if it fails."""
+    command = side_command(side, "python", os.path.abspath(__file__), *args)
     env = dict(os.environ)
     if inductor_cache:  # compile caches per side: stock artefacts never serve the stack
         env.update(private_inductor_env(os.path.join(inductor_cache, side)))
     result = subprocess.run(command, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         raise RuntimeError(f"scoreboard on {side} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+
+
+def run_side(side, json_out, shard=None, inductor_cache=None):
+    """Runs the catalogue (or one shard of it) on SIDE ("stock" or "stack", i.e. with the
+    overlay) in a subprocess; returns {(case, mode): diffs}."""
+    _run_on_side(side, ["--json", json_out, *(["--shard", shard] if shard else [])], inductor_cache)
     with open(json_out) as f:
         return {(r["case"], r["mode"]): r["diffs"] for r in json.load(f)}
 
@@ -121,12 +125,7 @@ def run_side(side, json_out, shard=None, inductor_cache=None):
 def compiled_records(side, pairs, out, inductor_cache):
     """The compiled side's records (harness.observe) of PAIRS [(case, mode)] on SIDE, run in a
     subprocess with a compile cache of its own under INDUCTOR_CACHE; {(case, mode): record}."""
-    command = side_command(side, "python", os.path.abspath(__file__), "--records", out,
-                           "--pairs", *(f"{c}:{m}" for c, m in pairs))
-    env = {**os.environ, **private_inductor_env(os.path.join(inductor_cache, side))}
-    result = subprocess.run(command, env=env, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise RuntimeError(f"compiled records on {side} failed ({result.returncode}):\n{result.stderr[-3000:]}")
+    _run_on_side(side, ["--records", out, "--pairs", *(f"{c}:{m}" for c, m in pairs)], inductor_cache)
     return torch.load(out, weights_only=False)
 
 
