@@ -393,15 +393,22 @@ def compile_for(f, mode):
     return torch.compile(f, backend=backend, dynamic=dyn, fullgraph=fullgraph)
 
 
+@contextlib.contextmanager
+def _fresh_dynamo():
+    """Dynamo's caches reset before and after: no compiled code is shared between runs."""
+    torch._dynamo.reset()
+    try:
+        yield
+    finally:
+        torch._dynamo.reset()
+
+
 def compiled_record(case, mode):
     """The compiled side's record of one (case, mode), as run_case observes it."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        torch._dynamo.reset()
-        try:
+        with _fresh_dynamo():
             return observe(compile_for(case.fn, mode), case)
-        finally:
-            torch._dynamo.reset()
 
 
 def run_case(case, mode):
@@ -411,16 +418,10 @@ def run_case(case, mode):
         if mode == "eager_abs":
             return eager_abs_check(case)
         if mode == "dynamo_graph":
-            torch._dynamo.reset()
-            try:
+            with _fresh_dynamo():
                 return graph_check(case)
-            finally:
-                torch._dynamo.reset()
-        torch._dynamo.reset()
-        try:
+        with _fresh_dynamo():
             eager = observe(case.fn, case)
-        finally:
-            torch._dynamo.reset()
         d = diff_records(eager, compiled_record(case, mode))
         if case.check is not None and mode in case.check_modes:
             d += _run_check(case, mode)
