@@ -178,6 +178,13 @@ def marked_positions(body: Body) -> set:
     return {p for slot in body.nondiff for p in positions[slot]}
 
 
+def input_multi_output_positions(body: Body) -> set:
+    """The positions, among the body's flattened outputs, of the multi-output views of the input
+    (`xs` slots)."""
+    _, _, positions = _bind_slots(body)
+    return {p for slot, (kind, _) in enumerate(body.outs) if kind == "xs" for p in positions[slot]}
+
+
 def _returned(items: list[str], single: bool) -> str:
     if single:
         return items[0]

@@ -287,3 +287,26 @@ def hooks_of_refused_backwards(program, path, a, b, stock, stack, eager_stock, e
         return False
     rest = iter(a)
     return all(any(x == y for y in rest) for x in b)  # b is a with those firings left out
+
+
+# ---------------------------------------------------------------------------------------------
+# [aotautograd] Regenerate multi-output views of an input as eager returns them
+# ---------------------------------------------------------------------------------------------
+
+MULTI_OUTPUT = "0007-aotautograd-Regenerate-multi-output-views-of-an-input-as-eager-returns-them.patch"
+
+
+@rule(MULTI_OUTPUT, "a multi-output view of an input has the op's own backward node")
+def multi_output_view_node(program, path, a, b, stock, stack, eager_stock, eager_stack):
+    """"[The results are] views of the input that share one node (UnbindBackward0,
+    SplitBackward0, ...) ... their gradient reaches the input through the op's own backward
+    instead of the compiled one": where eager's node is another one (a reentrant checkpoint's
+    Function around the compiled code), the compiled output's node is the op's, not
+    CompiledFunctionBackward."""
+    from programs import input_multi_output_positions
+
+    if program.runner == "eager" or program.body.kind != "plain":
+        return False
+    what, i, attr = parse(path)
+    return (what == "out" and attr == "grad_fn" and i in input_multi_output_positions(program.body)
+            and a == "CompiledFunctionBackward" and b in ("UnbindBackward0", "SplitBackward0"))
