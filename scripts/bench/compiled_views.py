@@ -114,6 +114,11 @@ def functions():
     def unbind_input(x):
         return x.unbind(0)
 
+    def split_input_rows(x):  # many results of one call: 64 views of the input
+        return x.split(1)
+
+    split_input_rows.shape = (64, 3)
+
     def anchor_no_view(x):  # anchor: one output computed from the input
         return (x * 2,)
 
@@ -127,7 +132,12 @@ def functions():
             no_views, no_grad_view_of_intermediate, no_grad_view_of_input, computed_from_no_grad_view,
             views_and_detach, plain_view, function_marked_view, function_unmarked, exp_and_detached_view,
             view_and_its_detach,
-            unbind_of_intermediate, unbind_input]
+            unbind_of_intermediate, unbind_input, split_input_rows]
+
+
+def input_shape(fn) -> tuple:
+    """The shape of the input a function is called with: (4, 3) unless it says otherwise."""
+    return getattr(fn, "shape", (4, 3))
 
 
 def dump_code(backends=BACKENDS, fns=None) -> dict:
@@ -151,7 +161,7 @@ def dump_code(backends=BACKENDS, fns=None) -> dict:
                 torch._dynamo.reset()
                 captured: list = []
                 with capture_generated_sources(captured):
-                    torch.compile(fn, backend=backend)(torch.randn(4, 3, requires_grad=requires_grad))
+                    torch.compile(fn, backend=backend)(torch.randn(input_shape(fn), requires_grad=requires_grad))
                 sources[f"{backend} {fn.__name__} {label}"] = [[g.artifact_name, g.source] for g in captured]
     return sources
 
@@ -237,7 +247,7 @@ def worker(args) -> None:
         for fn in functions():
             torch._dynamo.reset()
             compiled = torch.compile(fn, backend=backend)
-            x = torch.randn(4, 3, requires_grad=True)
+            x = torch.randn(input_shape(fn), requires_grad=True)
 
             def forward():
                 compiled(x)
@@ -249,7 +259,7 @@ def worker(args) -> None:
                 if losses:
                     sum(losses).backward()
 
-            x_inference = torch.randn(4, 3)
+            x_inference = torch.randn(input_shape(fn))
 
             def inference():
                 compiled(x_inference)
